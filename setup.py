@@ -1,0 +1,51 @@
+"""ament_python build of lingbot_ros; also a plain pip-installable package (``pip install .``)."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "lingbot_ros"
+
+ros = [
+    "ros-kilted-rclpy[fastrtps]==9.1.2",
+    "ros-kilted-std-msgs==5.5.1",
+    "ros-kilted-sensor-msgs==5.5.1",
+    "ros-kilted-geometry-msgs==5.5.1",
+    "ros-kilted-nav-msgs==5.5.1",
+    "ros-kilted-visualization-msgs==5.5.1",
+    "ros-kilted-diagnostic-msgs==5.5.1",
+    "ros-kilted-std-srvs==5.5.1",
+    "ros-kilted-rosgraph-msgs==2.3.0",
+]
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(include=[package_name, package_name + ".*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
+        ("share/" + package_name, ["package.xml"]),
+        ("share/" + package_name + "/launch", glob("launch/*.py")),
+        ("share/" + package_name + "/config", glob("config/*")),
+        ("share/" + package_name + "/msg", glob("msg/*.msg")),
+        ("share/" + package_name + "/srv", glob("srv/*.srv")),
+        # launch_ros looks for executables in <prefix>/lib/<package>, pip puts scripts in bin/.
+        ("lib/" + package_name, glob("libexec/*")),
+    ],
+    python_requires=">=3.10",
+    # torch is deliberately not pinned: users bring the build that matches their CUDA.
+    install_requires=["numpy", "pillow", "opencv-python-headless", "rosbags", "torch>=2.4"],
+    extras_require={
+        "ros": ros,
+        "gpu": ["flashinfer-python==0.7.4"],
+        "test": ["pytest", "pytest-timeout", "hypothesis"],
+    },
+    zip_safe=True,
+    maintainer="lingbot_ros developers",
+    maintainer_email="lingbot-ros@example.com",
+    description="Streaming LingBot-Map 3D reconstruction as a ROS 2 node.",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+        ],
+    },
+)
