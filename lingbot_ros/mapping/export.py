@@ -1,0 +1,102 @@
+"""File export: coloured point clouds as PLY, trajectories in the TUM RGB-D format."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .trajectory import Trajectory, quaternion_to_rotation, rotation_to_quaternion
+
+# One vertex record of the PLY files written here: 15 bytes, little-endian, no padding.
+_PLY_VERTEX = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"),
+                        ("red", "u1"), ("green", "u1"), ("blue", "u1")])
+_PLY_HEADER = ("ply\n"
+               "format binary_little_endian 1.0\n"
+               "comment written by lingbot_ros\n"
+               "element vertex {count}\n"
+               "property float x\nproperty float y\nproperty float z\n"
+               "property uchar red\nproperty uchar green\nproperty uchar blue\n"
+               "end_header\n")
+
+
+class PlyFormatError(ValueError):
+    """A PLY file is not in the layout that :func:`write_ply` produces."""
+
+
+def write_ply(path: str | Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
+    """Write a binary little-endian PLY point cloud (Open3D, MeshLab, CloudCompare read it).
+
+    Args:
+        path: output file.
+        xyz: ``[N, 3]`` positions (written as float32, model units / metres).
+        rgb: ``[N, 3]`` uint8 colours.
+    """
+    xyz = np.asarray(xyz)
+    rgb = np.asarray(rgb)
+    if xyz.ndim != 2 or xyz.shape[1] != 3 or rgb.shape != xyz.shape:
+        raise ValueError(f"xyz and rgb must both be [N, 3], got {xyz.shape} and {rgb.shape}")
+    if rgb.dtype != np.uint8:
+        raise ValueError(f"rgb must be uint8, got {rgb.dtype}")
+    vertices = np.empty(len(xyz), dtype=_PLY_VERTEX)
+    for axis, name in enumerate("xyz"):
+        vertices[name] = xyz[:, axis]
+    for channel, name in enumerate(("red", "green", "blue")):
+        vertices[name] = rgb[:, channel]
+    with open(path, "wb") as f:
+        f.write(_PLY_HEADER.format(count=len(xyz)).encode("ascii"))
+        f.write(vertices.tobytes())
+
+
+def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Read a PLY written by :func:`write_ply` -> ``(xyz float32 [N, 3], rgb uint8 [N, 3])``."""
+    data = Path(path).read_bytes()
+    end = data.find(b"end_header\n")
+    if not data.startswith(b"ply\n") or end < 0:
+        raise PlyFormatError(f"{path}: not a PLY file (no 'ply' magic or 'end_header')")
+    header = data[:end].decode("ascii").splitlines()
+    count_lines = [line for line in header if line.startswith("element vertex ")]
+    if len(count_lines) != 1:
+        raise PlyFormatError(f"{path}: expected one 'element vertex N' line")
+    count = int(count_lines[0].split()[2])
+    if header != _PLY_HEADER.format(count=count).splitlines()[:-1]:
+        raise PlyFormatError(f"{path}: header differs from the layout write_ply produces")
+    body = data[end + len(b"end_header\n"):]
+    if len(body) != count * _PLY_VERTEX.itemsize:
+        raise PlyFormatError(f"{path}: {len(body)} bytes of vertex data for {count} vertices")
+    vertices = np.frombuffer(body, dtype=_PLY_VERTEX)
+    xyz = np.stack([vertices["x"], vertices["y"], vertices["z"]], axis=1)
+    rgb = np.stack([vertices["red"], vertices["green"], vertices["blue"]], axis=1)
+    return xyz, rgb
+
+
+def write_tum(path: str | Path, trajectory: Trajectory) -> None:
+    """Write ``timestamp tx ty tz qx qy qz qw`` per pose (camera-to-world), one line each.
+
+    This is the TUM RGB-D benchmark format that evo and the TUM tools read; stamps are seconds
+    with nanosecond digits.
+    """
+    lines = []
+    for stamp_s, c2w in trajectory:
+        qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
+        tx, ty, tz = c2w[:3, 3]
+        lines.append(f"{stamp_s:.9f} {tx:.9g} {ty:.9g} {tz:.9g} "
+                     f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
+    Path(path).write_text("".join(lines))
+
+
+def read_tum(path: str | Path) -> Trajectory:
+    """Read a TUM trajectory file (``#`` comment lines and blank lines are skipped)."""
+    trajectory = Trajectory()
+    for line_number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) != 8:
+            raise ValueError(f"{path}:{line_number}: expected 8 fields "
+                             f"'timestamp tx ty tz qx qy qz qw', got {len(fields)}")
+        stamp_s, tx, ty, tz, qx, qy, qz, qw = map(float, fields)
+        c2w = np.eye(4)
+        c2w[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
+        c2w[:3, 3] = (tx, ty, tz)
+        trajectory.append(stamp_s, c2w)
+    return trajectory
