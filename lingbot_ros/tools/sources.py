@@ -1,0 +1,353 @@
+"""Frame sources for the offline tool and the camera publisher: folder, video, bag, camera, synthetic.
+
+Every source is an iterable of :class:`Frame` ``(stamp_s, rgb)`` with ``rgb`` a uint8
+``[H, W, 3]`` RGB array. Iterating opens the underlying file or device and the generator closes
+it when exhausted or closed (``contextlib.closing`` when breaking out early). ``num_frames`` is
+the frame count when known up front, else None (cameras, endless synthetic, some videos).
+
+:func:`open_source` picks the source from a spec string; see its docstring for the rules.
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import cv2
+import numpy as np
+from PIL import Image, ImageOps
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv")
+BAG_STORAGE_SUFFIXES = (".mcap", ".db3")
+IMAGE_MSGTYPE = "sensor_msgs/msg/Image"
+COMPRESSED_MSGTYPE = "sensor_msgs/msg/CompressedImage"
+DEFAULT_RATE_HZ = 10.0
+
+
+class SourceError(Exception):
+    """Base of the frame-source errors; the message says what to change."""
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """The path or camera device does not exist or cannot be opened."""
+
+
+class EmptySourceError(SourceError):
+    """The source exists but holds no frames."""
+
+
+class UnknownSourceFormatError(SourceError):
+    """The spec names something that is not a folder, video, bag, camera index or 'synthetic'."""
+
+
+class NoImageTopicError(SourceError):
+    """The bag has no sensor_msgs/Image or CompressedImage topic (or not the one asked for)."""
+
+
+class UnsupportedEncodingError(SourceError):
+    """An image message uses a pixel encoding or compression this module does not decode."""
+
+
+class Frame(NamedTuple):
+    stamp_s: float      # seconds (header stamp for bags, capture clock for cameras)
+    rgb: np.ndarray     # [H, W, 3] uint8 RGB
+
+
+def decode_image_bytes(data: bytes, what: str) -> np.ndarray:
+    """Decode an encoded JPEG/PNG image -> ``[H, W, 3]`` uint8 RGB.
+
+    Follows spec section 3: PIL decoder, EXIF orientation applied, transparency composited onto
+    white, then RGB. ``what`` names the image in error messages.
+    """
+    try:
+        image = Image.open(io.BytesIO(data))
+        image = ImageOps.exif_transpose(image)
+    except Exception as err:  # PIL raises several unrelated types for corrupt data
+        raise UnsupportedEncodingError(f"{what}: cannot decode image ({err})") from err
+    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(white, rgba)
+    return np.asarray(image.convert("RGB"))
+
+
+class FolderSource:
+    """Image files of a folder in sorted name order, stamped ``start_s + i / rate_hz``."""
+
+    def __init__(self, folder: str | Path, rate_hz: float = DEFAULT_RATE_HZ, start_s: float = 0.0):
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise SourceNotFoundError(f"image folder {folder} does not exist")
+        if not rate_hz > 0:
+            raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
+        self.files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not self.files:
+            raise EmptySourceError(f"folder {folder} holds no {'/'.join(IMAGE_SUFFIXES)} images")
+        self.rate_hz, self.start_s = float(rate_hz), float(start_s)
+        self.num_frames: int | None = len(self.files)
+        self.description = f"folder {folder} ({len(self.files)} images at {rate_hz:g} Hz)"
+
+    def __iter__(self) -> Iterator[Frame]:
+        for i, path in enumerate(self.files):
+            yield Frame(self.start_s + i / self.rate_hz, decode_image_bytes(path.read_bytes(),
+                                                                            str(path)))
+
+
+class VideoSource:
+    """Frames of a video file (OpenCV), stamped ``i / fps`` (``rate_hz`` overrides the fps)."""
+
+    def __init__(self, path: str | Path, rate_hz: float | None = None):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise SourceNotFoundError(f"video file {self.path} does not exist")
+        capture = self._open()
+        try:
+            fps = capture.get(cv2.CAP_PROP_FPS)
+            count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        finally:
+            capture.release()
+        self.rate_hz = float(rate_hz) if rate_hz else (fps if fps > 0 else DEFAULT_RATE_HZ)
+        # Containers may report a wrong or zero count; it only feeds progress output.
+        self.num_frames: int | None = count if count > 0 else None
+        self.description = f"video {self.path} ({count} frames at {self.rate_hz:g} Hz)"
+
+    def _open(self) -> cv2.VideoCapture:
+        capture = cv2.VideoCapture(str(self.path))
+        if not capture.isOpened():
+            raise UnknownSourceFormatError(
+                f"OpenCV cannot open {self.path} as a video; convert it to mp4/avi or pass a "
+                "folder of images")
+        return capture
+
+    def __iter__(self) -> Iterator[Frame]:
+        capture = self._open()
+        try:
+            i = 0
+            while True:
+                ok, bgr = capture.read()
+                if not ok:
+                    return
+                yield Frame(i / self.rate_hz, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+                i += 1
+        finally:
+            capture.release()
+
+
+class CameraSource:
+    """Live frames of an OpenCV camera device, stamped with the wall clock at capture."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.num_frames: int | None = None
+        self.description = f"camera device {index}"
+
+    def __iter__(self) -> Iterator[Frame]:
+        capture = cv2.VideoCapture(self.index)
+        if not capture.isOpened():
+            raise SourceNotFoundError(f"camera device {self.index} cannot be opened (is it "
+                                      "connected and not used by another program?)")
+        try:
+            while True:
+                ok, bgr = capture.read()
+                stamp_s = time.time()
+                if not ok:
+                    return
+                yield Frame(stamp_s, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+        finally:
+            capture.release()
+
+
+class SyntheticSource:
+    """A deterministic, smoothly moving colour pattern; never all zeros (values 16..239).
+
+    Three sinusoidal gratings drift at different speeds and directions plus a slowly moving
+    bright disc, so consecutive frames differ smoothly and every frame has texture.
+    """
+
+    def __init__(self, width: int = 640, height: int = 480, num_frames: int | None = None,
+                 rate_hz: float = DEFAULT_RATE_HZ):
+        if width < 1 or height < 1:
+            raise ValueError(f"synthetic size must be positive, got {width}x{height}")
+        if not rate_hz > 0:
+            raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
+        self.width, self.height, self.rate_hz = width, height, float(rate_hz)
+        self.num_frames = num_frames
+        count = "endless" if num_frames is None else f"{num_frames} frames"
+        self.description = f"synthetic {width}x{height} ({count} at {rate_hz:g} Hz)"
+
+    def frame(self, i: int) -> np.ndarray:
+        """Frame ``i`` as ``[height, width, 3]`` uint8 RGB."""
+        y, x = np.mgrid[0:self.height, 0:self.width].astype(np.float32)
+        y /= max(self.height, self.width)
+        x /= max(self.height, self.width)
+        t = i / 30.0
+        channels = [np.sin(2 * math.pi * (6 * x + 0.5 * t)),
+                    np.sin(2 * math.pi * (5 * y - 0.3 * t)),
+                    np.sin(2 * math.pi * (4 * (x + y) + 0.2 * t))]
+        cx, cy = 0.5 + 0.25 * math.cos(t), 0.35 + 0.15 * math.sin(t)
+        disc = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / 0.005)
+        rgb = np.stack([0.8 * c + 0.2 * disc for c in channels], axis=-1)   # in [-0.8, 1.0]
+        return (128 + 111 * np.clip(rgb, -1, 1)).astype(np.uint8)
+
+    def __iter__(self) -> Iterator[Frame]:
+        i = 0
+        while self.num_frames is None or i < self.num_frames:
+            yield Frame(i / self.rate_hz, self.frame(i))
+            i += 1
+
+
+class BagSource:
+    """Image messages of one topic of a rosbag2 (mcap or sqlite3), stamped by ``header.stamp``.
+
+    Decodes ``sensor_msgs/msg/Image`` (encodings in :data:`RAW_ENCODINGS`, rows read with the
+    message's ``step``) and ``sensor_msgs/msg/CompressedImage`` (JPEG/PNG). Without ``topic``
+    the bag's first image topic is used.
+    """
+
+    def __init__(self, path: str | Path, topic: str | None = None):
+        from rosbags.highlevel import AnyReader, AnyReaderError  # import cost only when used
+        from rosbags.typesys import Stores, get_typestore
+
+        self.path = Path(path)
+        if not self.path.exists():
+            raise SourceNotFoundError(f"bag {self.path} does not exist")
+        self._typestore = get_typestore(Stores.LATEST)  # for bags without embedded definitions
+        self._reader_type, self._reader_error = AnyReader, AnyReaderError
+        with self._reader() as reader:
+            images = [c for c in reader.connections
+                      if c.msgtype in (IMAGE_MSGTYPE, COMPRESSED_MSGTYPE)]
+            available = ", ".join(f"{c.topic} [{c.msgtype}]" for c in reader.connections)
+        if not images:
+            raise NoImageTopicError(f"bag {self.path} has no {IMAGE_MSGTYPE} or "
+                                    f"{COMPRESSED_MSGTYPE} topic (topics: {available or 'none'})")
+        if topic is None:
+            topic = images[0].topic
+        self._connections = [c for c in images if c.topic == topic]
+        if not self._connections:
+            raise NoImageTopicError(
+                f"bag {self.path} has no image topic {topic!r}; image topics: "
+                + ", ".join(sorted({c.topic for c in images})))
+        self.topic = topic
+        self.num_frames: int | None = sum(c.msgcount for c in self._connections)
+        if self.num_frames == 0:
+            raise EmptySourceError(f"bag {self.path} has no messages on {topic}")
+        self.description = f"bag {self.path} topic {topic} ({self.num_frames} messages)"
+
+    def _reader(self):
+        try:
+            return self._reader_type([self.path], default_typestore=self._typestore)
+        except self._reader_error as err:
+            raise UnknownSourceFormatError(f"cannot read {self.path} as a rosbag2: {err}") from err
+
+    def __iter__(self) -> Iterator[Frame]:
+        with self._reader() as reader:
+            connections = [c for c in reader.connections
+                           if c.topic == self.topic and c.msgtype in (IMAGE_MSGTYPE,
+                                                                      COMPRESSED_MSGTYPE)]
+            for index, (connection, _, raw) in enumerate(reader.messages(connections=connections)):
+                msg = reader.deserialize(raw, connection.msgtype)
+                what = f"{self.path} {self.topic} message {index}"
+                if connection.msgtype == COMPRESSED_MSGTYPE:
+                    rgb = decode_compressed_image(msg.format, msg.data, what)
+                else:
+                    rgb = decode_raw_image(msg.encoding, msg.height, msg.width, msg.step,
+                                           bool(msg.is_bigendian), msg.data, what)
+                yield Frame(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, rgb)
+
+
+# encoding -> (channels, bytes per channel, indices of R, G, B among the channels)
+RAW_ENCODINGS = {
+    "rgb8": (3, 1, (0, 1, 2)), "bgr8": (3, 1, (2, 1, 0)),
+    "rgba8": (4, 1, (0, 1, 2)), "bgra8": (4, 1, (2, 1, 0)),
+    "mono8": (1, 1, (0, 0, 0)), "mono16": (1, 2, (0, 0, 0)),
+}
+
+
+def decode_raw_image(encoding: str, height: int, width: int, step: int, is_bigendian: bool,
+                     data: np.ndarray, what: str) -> np.ndarray:
+    """A ``sensor_msgs/Image`` payload -> ``[height, width, 3]`` uint8 RGB.
+
+    ``step`` (bytes per row) may exceed ``width * pixel bytes`` (row padding); the padding is
+    skipped. mono16 keeps the high byte.
+    """
+    if encoding not in RAW_ENCODINGS:
+        raise UnsupportedEncodingError(f"{what}: encoding {encoding!r} is not supported; "
+                                       f"supported: {', '.join(RAW_ENCODINGS)}")
+    channels, depth_bytes, rgb_index = RAW_ENCODINGS[encoding]
+    row_bytes = width * channels * depth_bytes
+    data = np.frombuffer(data, dtype=np.uint8)
+    if step < row_bytes or len(data) < step * (height - 1) + row_bytes:
+        raise UnsupportedEncodingError(
+            f"{what}: {len(data)} bytes with step {step} cannot hold a {width}x{height} "
+            f"{encoding} image")
+    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
+    if depth_bytes == 2:
+        pixels = rows.copy().view(">u2" if is_bigendian else "<u2")
+        pixels = (pixels >> 8).astype(np.uint8)
+    else:
+        pixels = rows
+    pixels = pixels.reshape(height, width, channels)
+    return np.ascontiguousarray(pixels[:, :, list(rgb_index)])
+
+
+def decode_compressed_image(fmt: str, data: np.ndarray, what: str) -> np.ndarray:
+    """A ``sensor_msgs/CompressedImage`` payload (JPEG or PNG) -> ``[H, W, 3]`` uint8 RGB."""
+    if "compresseddepth" in fmt.lower():
+        raise UnsupportedEncodingError(f"{what}: format {fmt!r} is a depth image, not a camera "
+                                       "image; pick the colour topic with topic=...")
+    return decode_image_bytes(np.asarray(data, dtype=np.uint8).tobytes(), f"{what} ({fmt})")
+
+
+def open_source(spec: str, rate_hz: float | None = None, topic: str | None = None):
+    """Open a frame source from a spec string.
+
+    Rules, in order:
+      * ``synthetic``, ``synthetic:WxH`` or ``synthetic:WxH:N`` -> :class:`SyntheticSource`
+        (640x480, endless by default).
+      * a non-negative integer such as ``0`` -> :class:`CameraSource` (OpenCV device index).
+      * a directory with ``metadata.yaml``, or a ``.mcap`` / ``.db3`` file -> :class:`BagSource`
+        (``topic`` picks the image topic; default: the first one).
+      * a directory -> :class:`FolderSource` of its .jpg/.jpeg/.png files.
+      * a file with a video suffix (.mp4, .avi, .mov, .mkv, ...) -> :class:`VideoSource`.
+
+    ``rate_hz`` stamps sources without their own clock (folders, synthetic: default 10 Hz) and
+    overrides a video's own frame rate; bags keep their header stamps, cameras the wall clock.
+    """
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return _synthetic_from_spec(spec, rate_hz or DEFAULT_RATE_HZ)
+    if spec.isdigit():
+        return CameraSource(int(spec))
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise SourceNotFoundError(f"input {spec!r} does not exist (expected an image folder, a "
+                                  "video file, a rosbag2, a camera index or 'synthetic')")
+    if path.is_dir():
+        if (path / "metadata.yaml").exists():
+            return BagSource(path, topic)
+        return FolderSource(path, rate_hz or DEFAULT_RATE_HZ)
+    suffix = path.suffix.lower()
+    if suffix in BAG_STORAGE_SUFFIXES:
+        return BagSource(path, topic)
+    if suffix in VIDEO_SUFFIXES:
+        return VideoSource(path, rate_hz)
+    raise UnknownSourceFormatError(
+        f"cannot tell what {spec!r} is: expected a folder of images, a video "
+        f"({', '.join(VIDEO_SUFFIXES)}), a rosbag2 directory or {'/'.join(BAG_STORAGE_SUFFIXES)}"
+        " file, a camera index or 'synthetic'")
+
+
+def _synthetic_from_spec(spec: str, rate_hz: float) -> SyntheticSource:
+    parts = spec.split(":")
+    try:
+        if len(parts) > 3:
+            raise ValueError
+        width, height = (int(v) for v in parts[1].split("x")) if len(parts) > 1 else (640, 480)
+        num_frames = int(parts[2]) if len(parts) > 2 else None
+    except ValueError:
+        raise UnknownSourceFormatError(
+            f"bad synthetic spec {spec!r}; use 'synthetic', 'synthetic:640x480' or "
+            "'synthetic:640x480:100'") from None
+    return SyntheticSource(width, height, num_frames, rate_hz)
