@@ -46,6 +46,7 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
+            "lingbot-ros-offline = lingbot_ros.tools.offline:main",
         ],
     },
 )

@@ -1,0 +1,255 @@
+"""lingbot-ros-offline: run a recorded sequence through LingBot-Map without ROS.
+
+Source frames -> Preprocessor -> StreamingSession.step -> FrameResults, written as a TUM
+trajectory, per-frame depth maps, a per-frame table and one fused, voxel-downsampled PLY map of
+the keyframes' confident points.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from lingbot_ros.mapping import (Trajectory, VoxelMap, VoxelRangeError, image_to_rgb_uint8,
+                                 select_points, write_ply, write_tum)
+from lingbot_ros.tools.sources import SourceError, open_source
+
+DEPTH_PNG_MAX_M = 65.535  # uint16 millimetres
+
+
+class OfflineError(Exception):
+    """A problem with the command line or the input that the user has to fix."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lingbot_ros.stream import StreamSettings
+
+    stream_defaults = StreamSettings()
+    parser = argparse.ArgumentParser(
+        prog="lingbot-ros-offline",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw', "
+               "camera-to-world in the first camera's OpenCV frame, stamps from the source), "
+               "frames.csv (per frame: index, stamp, keyframe flag, intrinsics fx fy cx cy at "
+               "the model input size, depth file), depth/NNNNNN.png or .npy (depth at the model "
+               "input size, see --depth-format), map.ply (binary PLY, float xyz + uchar rgb). "
+               "Units are the model's: metres up to an unknown scale.")
+    parser.add_argument("--checkpoint", help="model checkpoint (.pt with a 'model' state dict)")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="allow running without --checkpoint (random weights: output is "
+                             "NOT a map; for plumbing tests only)")
+    parser.add_argument("--config", default="lingbot-map",
+                        help="model preset name, or a JSON file with an 'arch' object or the "
+                             "arch fields themselves (spec 16.2)")
+    parser.add_argument("--input", required=True,
+                        help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
+                             "camera index or 'synthetic[:WxH[:N]]'")
+    parser.add_argument("--output", required=True, type=Path, help="output directory (created)")
+    parser.add_argument("--topic", help="image topic of a bag (default: its first image topic)")
+    parser.add_argument("--rate-hz", type=float,
+                        help="stamp rate for folders/synthetic (default 10 Hz); overrides a "
+                             "video's frame rate")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="torch device")
+    parser.add_argument("--max-frames", type=int, help="stop after this many frames")
+    parser.add_argument("--image-width", type=int, default=518,
+                        help="model input width in pixels (multiple of 14; spec 3 uses 518)")
+    parser.add_argument("--num-scale-frames", type=int, default=stream_defaults.num_scale_frames,
+                        help="frames buffered and run together at the start (phase 1)")
+    parser.add_argument("--keyframe-interval", type=int,
+                        default=stream_defaults.keyframe_interval,
+                        help="every K-th streamed frame is a keyframe (stored in the cache and "
+                             "added to the map)")
+    parser.add_argument("--camera-iterations", type=int,
+                        default=stream_defaults.camera_num_iterations,
+                        help="camera head refinement iterations")
+    parser.add_argument("--window", type=int, default=stream_defaults.sliding_window,
+                        help="sliding window of keyframes kept in the attention cache")
+    parser.add_argument("--scale-frames", type=int, default=stream_defaults.scale_frames,
+                        help="anchor frames kept in the attention cache for good")
+    parser.add_argument("--voxel-size", type=float, default=0.01,
+                        help="map voxel size in model units (metres up to scale)")
+    parser.add_argument("--max-map-points", type=int, default=5_000_000,
+                        help="map size bound; the least recently updated voxels are dropped")
+    parser.add_argument("--min-confidence", type=float, default=1.5,
+                        help="keep map points with depth confidence >= this (confidence >= 1)")
+    parser.add_argument("--point-stride", type=int, default=1,
+                        help="use every N-th pixel in each image axis for the map")
+    parser.add_argument("--depth-format", choices=("png16", "npy"), default="png16",
+                        help="png16: 16-bit PNG, depth in millimetres of the model's unit, "
+                             f"clipped to {DEPTH_PNG_MAX_M} (0 = below 0.5 mm); npy: float32 "
+                             "[H, W] in model units")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.checkpoint is None and not args.random_weights:
+        parser.error("--checkpoint is required (pass --random-weights to run untrained weights "
+                     "for a plumbing test; the output is then not a map)")
+    from lingbot_ros.model import CheckpointError, ConfigError
+
+    try:
+        summary = run(args)
+    except (OfflineError, SourceError, ConfigError, CheckpointError, VoxelRangeError) as err:
+        print(f"lingbot-ros-offline: error: {err}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
+def load_model(args: argparse.Namespace):
+    from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
+
+    if args.config.endswith(".json") or Path(args.config).is_file():
+        config = ModelConfig.from_json(args.config)
+    else:
+        config = ModelConfig.preset(args.config)
+    model = build_model(config, device=args.device)
+    if args.checkpoint is not None:
+        load_checkpoint(model, args.checkpoint)
+    else:
+        print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
+              "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
+              "map.\n" + "!" * 78 + "\n", file=sys.stderr)
+    return model
+
+
+def run(args: argparse.Namespace) -> str:
+    """Process the whole input; returns the summary text."""
+    from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
+
+    if args.max_frames is not None and args.max_frames < 1:
+        raise OfflineError(f"--max-frames must be >= 1, got {args.max_frames}")
+    source = open_source(args.input, rate_hz=args.rate_hz, topic=args.topic)
+    total = source.num_frames
+    if args.max_frames is not None:
+        total = args.max_frames if total is None else min(total, args.max_frames)
+    if total is None:
+        raise OfflineError(f"{source.description} has no end; pass --max-frames")
+
+    model = load_model(args)
+    # Spec 13: phase 1 takes min(num_scale_frames, S) frames; a shorter sequence would otherwise
+    # end while still buffering and produce nothing.
+    settings = StreamSettings(
+        num_scale_frames=min(args.num_scale_frames, total),
+        keyframe_interval=args.keyframe_interval, camera_num_iterations=args.camera_iterations,
+        sliding_window=args.window, scale_frames=args.scale_frames)
+    session = StreamingSession(model, settings)
+    preprocess = Preprocessor(target_width=args.image_width, device=model.device)
+
+    writer = OutputWriter(args.output, args.depth_format, VoxelMap(args.voxel_size,
+                                                                   args.max_map_points),
+                          args.min_confidence, args.point_stride)
+    progress = Progress(total)
+    stamps_s: list[float] = []
+    with contextlib.closing(iter(source)) as frames:
+        for frame in frames:
+            if len(stamps_s) == total:
+                break
+            stamps_s.append(frame.stamp_s)
+            with torch.inference_mode():
+                results = session.step(preprocess(frame.rgb))
+            for result in results:
+                writer.add(result, stamps_s[result.index])
+            progress.update(len(stamps_s))
+    progress.finish()
+    if writer.num_frames != len(stamps_s):
+        raise OfflineError(f"the input ended after {len(stamps_s)} frames but only "
+                           f"{writer.num_frames} results came back")
+    outputs = writer.close()
+    fps = len(stamps_s) / max(progress.elapsed_s, 1e-9)
+    return (f"frames: {writer.num_frames} ({writer.num_keyframes} keyframes) from "
+            f"{source.description}\n"
+            f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {args.device}\n"
+            f"map: {outputs['map_points']} points (voxel {args.voxel_size:g})\n"
+            f"outputs: {outputs['trajectory']}, {outputs['frames']}, {outputs['depth']}/, "
+            f"{outputs['map']}")
+
+
+class OutputWriter:
+    """Collects FrameResults into the output directory; the map and trajectory at close()."""
+
+    def __init__(self, output_dir: Path, depth_format: str, voxel_map: VoxelMap,
+                 min_confidence: float, point_stride: int):
+        self.output_dir = output_dir
+        self.depth_dir = output_dir / "depth"
+        self.depth_dir.mkdir(parents=True, exist_ok=True)
+        self.depth_format = depth_format
+        self.voxel_map = voxel_map
+        self.min_confidence, self.point_stride = min_confidence, point_stride
+        self.trajectory = Trajectory()
+        self.rows: list[tuple] = []
+        self.num_frames = self.num_keyframes = 0
+
+    def add(self, result, stamp_s: float) -> None:
+        self.num_frames += 1
+        self.trajectory.append(stamp_s, result.extrinsic.double().cpu().numpy())
+        depth_file = self._write_depth(result.index, result.depth.float().cpu().numpy())
+        intrinsic = result.intrinsic.cpu().numpy()
+        self.rows.append((result.index, f"{stamp_s:.9f}", int(result.is_keyframe),
+                          intrinsic[0, 0], intrinsic[1, 1], intrinsic[0, 2], intrinsic[1, 2],
+                          depth_file))
+        if result.is_keyframe:
+            self.num_keyframes += 1
+            xyz, rgb = select_points(result.world_points, image_to_rgb_uint8(result.image),
+                                     result.depth_conf, self.min_confidence, self.point_stride)
+            self.voxel_map.insert(xyz, rgb)
+
+    def _write_depth(self, index: int, depth: np.ndarray) -> str:
+        if self.depth_format == "npy":
+            path = self.depth_dir / f"{index:06d}.npy"
+            np.save(path, depth.astype(np.float32))
+        else:
+            path = self.depth_dir / f"{index:06d}.png"
+            millimetres = np.round(np.clip(depth, 0.0, DEPTH_PNG_MAX_M) * 1000.0)
+            if not cv2.imwrite(str(path), millimetres.astype(np.uint16)):
+                raise OfflineError(f"could not write {path}")
+        return str(path.relative_to(self.output_dir))
+
+    def close(self) -> dict:
+        paths = {"trajectory": self.output_dir / "trajectory.tum",
+                 "frames": self.output_dir / "frames.csv",
+                 "map": self.output_dir / "map.ply", "depth": self.depth_dir}
+        write_tum(paths["trajectory"], self.trajectory)
+        with open(paths["frames"], "w", newline="") as f:
+            table = csv.writer(f)
+            table.writerow(("index", "stamp_s", "is_keyframe", "fx", "fy", "cx", "cy", "depth"))
+            table.writerows(self.rows)
+        xyz, rgb = self.voxel_map.points()
+        write_ply(paths["map"], xyz, rgb)
+        return {**paths, "map_points": len(xyz)}
+
+
+class Progress:
+    """``frame i/N, FPS`` on stderr: one rewritten line on a terminal, every 10th frame else."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.start = time.perf_counter()
+        self.elapsed_s = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def update(self, done: int) -> None:
+        self.elapsed_s = time.perf_counter() - self.start
+        if self.tty or done % 10 == 0 or done == self.total:
+            line = f"frame {done}/{self.total}  {done / max(self.elapsed_s, 1e-9):.2f} FPS"
+            print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
+                  file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

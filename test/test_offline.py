@@ -1,0 +1,158 @@
+"""tools/offline.py: output writing on hand-made results, and end to end on the tiny fixture."""
+from pathlib import Path
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from lingbot_ros.mapping import VoxelMap, depth_to_points, read_ply, read_tum
+from lingbot_ros.tools.offline import OutputWriter
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO / ".." / "shared"
+FIXTURE = SHARED / "fixtures" / "tiny_default"
+
+
+def fake_result(index, is_keyframe, height=4, width=6, depth_m=2.0):
+    """A FrameResult-shaped object (docs/interfaces.md) with known geometry."""
+    intrinsic = torch.tensor([[5.0, 0, width / 2], [0, 5.0, height / 2], [0, 0, 1]])
+    extrinsic = torch.zeros(3, 4)
+    extrinsic[:, :3] = torch.eye(3)
+    extrinsic[0, 3] = 10.0 * index                   # camera moves along x; frames never overlap
+    depth = torch.full((height, width), depth_m)
+    depth[0, 0] = 70.0                               # beyond the 16-bit PNG range
+    conf = torch.full((height, width), 2.0)
+    conf[1, :] = 1.0                                 # one low-confidence row
+    image = torch.rand(3, height, width)
+    return SimpleNamespace(index=index, is_keyframe=is_keyframe, extrinsic=extrinsic,
+                           intrinsic=intrinsic, depth=depth, depth_conf=conf, image=image,
+                           world_points=depth_to_points(depth, intrinsic, extrinsic),
+                           image_size=(width, height))
+
+
+@pytest.mark.parametrize("depth_format", ["png16", "npy"])
+def test_output_writer_files(tmp_path, depth_format):
+    writer = OutputWriter(tmp_path, depth_format, VoxelMap(1e-3), min_confidence=1.5,
+                          point_stride=1)
+    for i in range(3):
+        writer.add(fake_result(i, is_keyframe=i != 1), stamp_s=100.0 + 0.5 * i)
+    outputs = writer.close()
+
+    trajectory = read_tum(tmp_path / "trajectory.tum")
+    np.testing.assert_allclose(trajectory.stamps_s(), [100.0, 100.5, 101.0])
+    np.testing.assert_allclose(trajectory.c2w()[:, 0, 3], [0, 10, 20], atol=1e-9)
+
+    if depth_format == "png16":
+        depth = cv2.imread(str(tmp_path / "depth" / "000001.png"), cv2.IMREAD_UNCHANGED)
+        assert depth.dtype == np.uint16 and depth.shape == (4, 6)
+        assert depth[1, 1] == 2000 and depth[0, 0] == 65535     # millimetres, clipped
+    else:
+        depth = np.load(tmp_path / "depth" / "000001.npy")
+        assert depth.dtype == np.float32 and depth[1, 1] == 2.0 and depth[0, 0] == 70.0
+
+    lines = (tmp_path / "frames.csv").read_text().splitlines()
+    assert lines[0] == "index,stamp_s,is_keyframe,fx,fy,cx,cy,depth"
+    assert lines[2].split(",")[:3] == ["1", "100.500000000", "0"]
+
+    # Keyframes 0 and 2 only, minus the low-confidence row: 2 * 3 rows * 6 pixels, each its own
+    # voxel at 1 mm voxels.
+    xyz, rgb = read_ply(tmp_path / "map.ply")
+    assert len(xyz) == outputs["map_points"] == 2 * 3 * 6
+    assert sorted(set(np.round(xyz[:, 2], 3))) == [2.0, 70.0]
+
+
+# ------------------------------------------------------------------------ end to end
+
+def needs(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is absent (shared data/fixtures are not mounted)")
+    return path
+
+
+def run_offline(tmp_path, input_path, *extra):
+    from lingbot_ros.tools.offline import main
+
+    out = tmp_path / "out"
+    argv = ["--config", str(needs(FIXTURE / "config.json")),
+            "--checkpoint", str(needs(FIXTURE / "ckpt.pt")),
+            "--input", str(needs(input_path)), "--output", str(out), "--device", "cpu",
+            "--max-frames", "12", "--num-scale-frames", "3", "--scale-frames", "3",
+            "--window", "4", "--image-width", "224", "--min-confidence", "1.0",
+            "--voxel-size", "0.05", *extra]
+    assert main(argv) == 0
+    return out
+
+
+def check_outputs(out, expected_stamps_s, depth_suffix=".png"):
+    trajectory = read_tum(out / "trajectory.tum")
+    assert len((out / "trajectory.tum").read_text().splitlines()) == 12
+    np.testing.assert_allclose(trajectory.stamps_s(), expected_stamps_s, atol=1e-6)
+    assert np.all(np.diff(trajectory.stamps_s()) > 0)
+    rotations = trajectory.c2w()[:, :3, :3]
+    np.testing.assert_allclose(rotations @ rotations.transpose(0, 2, 1),
+                               np.broadcast_to(np.eye(3), rotations.shape), atol=1e-6)
+    # 518x294 sources at width 224: height round(294 * 224 / 518 / 14) * 14 = 126.
+    for i in range(12):
+        path = out / "depth" / f"{i:06d}{depth_suffix}"
+        depth = (cv2.imread(str(path), cv2.IMREAD_UNCHANGED) if depth_suffix == ".png"
+                 else np.load(path))
+        assert depth.shape == (126, 224), path
+    xyz, rgb = read_ply(out / "map.ply")
+    assert len(xyz) > 0 and np.isfinite(xyz).all()
+
+
+@pytest.mark.slow
+def test_offline_loop_jpg(tmp_path, capsys):
+    out = run_offline(tmp_path, SHARED / "data" / "loop_jpg", "--rate-hz", "5")
+    check_outputs(out, 0.2 * np.arange(12))
+    captured = capsys.readouterr()
+    assert "frame 12/12" in captured.err
+    assert "frames: 12 (12 keyframes)" in captured.out and "map.ply" in captured.out
+
+
+@pytest.mark.slow
+def test_offline_courthouse_bag_npy_keyframe_interval(tmp_path, capsys):
+    out = run_offline(tmp_path, SHARED / "data" / "courthouse_bag", "--depth-format", "npy",
+                      "--keyframe-interval", "2")
+    check_outputs(out, 1_700_000_000 + 0.1 * np.arange(12), depth_suffix=".npy")
+    # 3 scale frames, then streamed frames 3..11 with every 2nd a keyframe: 3, 5, 7, 9, 11.
+    assert "frames: 12 (8 keyframes)" in capsys.readouterr().out
+
+
+def test_offline_refuses_without_checkpoint(tmp_path, capsys):
+    from lingbot_ros.tools.offline import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--input", "synthetic:64x48:2", "--output", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--random-weights" in capsys.readouterr().err
+
+
+def test_offline_random_weights_warns(tmp_path, capsys):
+    from lingbot_ros.tools.offline import main
+
+    code = main(["--config", str(needs(FIXTURE / "config.json")), "--random-weights",
+                 "--input", "synthetic:112x84:3", "--output", str(tmp_path), "--device", "cpu",
+                 "--num-scale-frames", "2", "--image-width", "112", "--min-confidence", "1.0"])
+    assert code == 0
+    assert "UNTRAINED" in capsys.readouterr().err
+    assert len((tmp_path / "trajectory.tum").read_text().splitlines()) == 3
+
+
+def test_offline_reports_bad_input(tmp_path, capsys):
+    from lingbot_ros.tools.offline import main
+
+    code = main(["--config", str(needs(FIXTURE / "config.json")), "--random-weights",
+                 "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")])
+    assert code == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_offline_endless_source_needs_max_frames(tmp_path, capsys):
+    from lingbot_ros.tools.offline import main
+
+    code = main(["--random-weights", "--input", "synthetic", "--output", str(tmp_path)])
+    assert code == 1
+    assert "pass --max-frames" in capsys.readouterr().err
