@@ -1,0 +1,72 @@
+"""Aggregator (spec 4, 6, 7): patch embed, special tokens, alternating frame / global blocks."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+from .layers import Block
+from .patch_embed import build_patch_embed
+from .rope import Rope2D, Rope3D
+
+# global_attend(layer, q, k, v) -> out, all [F, P, H, D]; the stream's KV cache implements it.
+GlobalAttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class Aggregator(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        C, R = cfg.embed_dim, cfg.num_register_tokens
+        self.patch_size = cfg.patch_size
+        # Two slots each (spec 6): camera/register slot 0 = first frame of the stream,
+        # scale slot 0 = phase-1 frames.
+        self.camera_token = nn.Parameter(torch.zeros(1, 2, 1, C))
+        self.register_token = nn.Parameter(torch.zeros(1, 2, R, C))
+        self.scale_token = nn.Parameter(torch.zeros(1, 2, 1, C))
+        self.patch_embed = build_patch_embed(cfg)
+        self.frame_blocks = nn.ModuleList(Block(C, cfg.num_heads, cfg.mlp_ratio, qk_norm=True, eps=1e-5)
+                                          for _ in range(cfg.depth))
+        self.global_blocks = nn.ModuleList(Block(C, cfg.num_heads, cfg.mlp_ratio, qk_norm=True, eps=1e-5)
+                                           for _ in range(cfg.depth))
+        self.selected_layers = frozenset(cfg.selected_layers)
+        self.rope2d = Rope2D(cfg.head_dim, cfg.rope2d_freq, cfg.num_special_tokens)
+        self.rope3d = (Rope3D(cfg.head_dim, cfg.rope3d_fhw_dim, cfg.rope3d_theta, cfg.num_special_tokens)
+                       if cfg.enable_3d_rope else None)
+        # Exact fp32 constants, never rounded to the compute dtype (spec 3 quirk avoided).
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    def special_tokens(self, num_frames: int, first_frame: bool, scale_slot: int) -> torch.Tensor:
+        S = num_frames
+        cam = self.camera_token[0, 1:2].expand(S, -1, -1)                     # [S, 1, C]
+        reg = self.register_token[0, 1:2].expand(S, -1, -1)                   # [S, R, C]
+        if first_frame:
+            cam = torch.cat([self.camera_token[0, 0:1], cam[1:]])
+            reg = torch.cat([self.register_token[0, 0:1], reg[1:]])
+        scale = self.scale_token[0, scale_slot:scale_slot + 1].expand(S, -1, -1)
+        return torch.cat([cam, reg, scale], dim=1)                             # [S, 2+R, C]
+
+    def forward(self, images: torch.Tensor, *, first_frame: bool, scale_slot: int,
+                time_index: torch.Tensor, global_attend: GlobalAttendFn) -> list[torch.Tensor]:
+        """images [S, 3, H, W] in [0, 1]; time_index float64 [S] -> 4 selected outputs [S, P, 2C]."""
+        S, _, H, W = images.shape
+        h, w = H // self.patch_size, W // self.patch_size
+        patches = self.patch_embed((images - self.mean) / self.std)            # [S, N, C]
+        x = torch.cat([self.special_tokens(S, first_frame, scale_slot), patches], dim=1)  # [S, P, C]
+        rope_frame = self.rope2d(h, w, images.device)
+        # Without 3D RoPE the global blocks reuse the 2D positions (no temporal information).
+        rope_global = self.rope3d(time_index, h, w) if self.rope3d is not None else rope_frame
+        outputs = []
+        for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks, self.global_blocks)):
+            x = frame_block(x, rope_frame)
+            frame_out = x
+            x = global_block(x, rope_global, partial(global_attend, i))
+            if i in self.selected_layers:
+                outputs.append(torch.cat([frame_out, x], dim=-1))              # frame first, then global
+        return outputs

@@ -1,0 +1,64 @@
+"""The camera head's per-(iteration, trunk block) KV caches (spec 10): one token per stored frame.
+
+Every stored frame enters all caches at once, so one shared length describes them all. Storage is a
+preallocated buffer whose capacity doubles when full; nothing is concatenated per frame.
+"""
+from __future__ import annotations
+
+import torch
+
+from .layers import dense_attend
+
+
+class CameraCacheEmpty(RuntimeError):
+    """Rollback asked of a camera cache that holds no frame."""
+
+
+class CameraKVCache:
+    def __init__(self, num_caches: int, num_heads: int, head_dim: int, device, capacity: int = 64,
+                 dtype: torch.dtype = torch.float32):
+        shape = (num_caches, capacity, num_heads, head_dim)
+        self.k = torch.empty(shape, device=device, dtype=dtype)
+        self.v = torch.empty(shape, device=device, dtype=dtype)
+        self.length = 0        # stored frames
+        self._end = 0          # stored frames + this call's frames (visible to this call)
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[1]
+
+    def begin_step(self, num_frames: int, store: bool) -> None:
+        """Reserve this call's rows; stored frames stay, scratch rows are overwritten next call."""
+        self._end = self.length + num_frames
+        if self._end > self.capacity:
+            self._grow(self._end)
+        if store:
+            self.length = self._end
+
+    def attend(self, slot: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q, k, v [1, F, H, D] (this call's frames as one sequence) -> [1, F, H, D]."""
+        start = self._end - q.shape[1]
+        self.k[slot, start:self._end] = k[0]
+        self.v[slot, start:self._end] = v[0]
+        return dense_attend(q, self.k[slot, None, :self._end], self.v[slot, None, :self._end])
+
+    def rollback_last_frame(self) -> None:
+        if self.length == 0:
+            raise CameraCacheEmpty("camera-head cache holds no frame to roll back")
+        self.length -= 1
+
+    def reset(self) -> None:
+        self.length = self._end = 0
+
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def _grow(self, needed: int) -> None:
+        capacity = self.capacity
+        while capacity < needed:
+            capacity *= 2
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_empty((old.shape[0], capacity) + tuple(old.shape[2:]))
+            new[:, :self.length] = old[:, :self.length]
+            setattr(self, name, new)
