@@ -47,6 +47,7 @@ setup(
     entry_points={
         "console_scripts": [
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",
+            "lingbot-ros-fixture = lingbot_ros.tools.fixture:main",
         ],
     },
 )

@@ -1,0 +1,34 @@
+"""Per-frame outputs of the streaming session (docs/interfaces.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..model.geometry import scale_intrinsic
+from .preprocess import resize_plan
+
+
+@dataclass
+class FrameResult:
+    """One frame's outputs; tensors on the model's device, float32."""
+
+    index: int                    # frame number since reset (rolled-back frames give their number back)
+    is_keyframe: bool             # stored in the caches (all phase-1 frames are)
+    time_index: int               # 3D-RoPE temporal index (spec 8.2)
+    pose_enc: torch.Tensor        # [9] (tx, ty, tz, qx, qy, qz, qw, fov_h, fov_w)
+    pose_enc_list: torch.Tensor   # [I, 9] activated pose after each camera iteration
+    extrinsic: torch.Tensor       # [3, 4] camera-to-world, OpenCV axes
+    intrinsic: torch.Tensor       # [3, 3] for the model input size
+    depth: torch.Tensor           # [H, W]
+    depth_conf: torch.Tensor      # [H, W], >= 1
+    world_points: torch.Tensor    # [H, W, 3]
+    image: torch.Tensor           # [3, H, W] model input in [0, 1]
+    image_size: tuple[int, int]   # (W, H) of the model input
+
+    def intrinsic_for(self, orig_w: int, orig_h: int, patch_size: int = 14) -> torch.Tensor:
+        """K for the original image that the Preprocessor turned into this frame (undoes resize + crop)."""
+        plan = resize_plan(orig_w, orig_h, self.image_size[0], patch_size)
+        K = self.intrinsic.clone()
+        K[1, 2] += plan.crop_top          # back to the uncropped resized image
+        return scale_intrinsic(K, (plan.width, plan.resized_height), (orig_w, orig_h))

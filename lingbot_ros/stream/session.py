@@ -1,0 +1,208 @@
+"""StreamingSession (spec 13): phase-1 scale batch, then one frame per call, through the caches.
+
+The session owns all state of a stream: the paged global KV cache (lingbot_ros.cache), the camera
+head's caches, the 3D-RoPE time index and the frame counters. The model itself stays stateless.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Optional
+
+import torch
+
+from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache
+from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
+from ..model.lingbot_map import LingBotMap
+from .results import FrameResult
+from .settings import StreamSettings
+
+log = logging.getLogger(__name__)
+
+
+class FrameError(ValueError):
+    """A frame the session cannot take (wrong layout, size not a multiple of the patch, size change)."""
+
+
+class StreamingSession:
+    def __init__(self, model: LingBotMap, settings: Optional[StreamSettings] = None):
+        self.model = model
+        self.settings = settings or StreamSettings()
+        self.config = model.config
+        self.device = model.device
+        self.compute_dtype = self.settings.compute_dtype(self.device)
+        self._camera = model.camera_head.new_cache(self.settings.camera_num_iterations, self.device)
+        self._cache: Optional[PagedKVCache] = None
+        self._image_hw: Optional[tuple[int, int]] = None
+        self.reset()
+
+    # ---- public verbs --------------------------------------------------------------------------
+
+    def step(self, image: torch.Tensor, keyframe: Optional[bool] = None) -> list[FrameResult]:
+        """image [3, H, W] in [0, 1] on the model's device -> results ([] while buffering phase 1).
+
+        keyframe: None applies the interval rule; True/False overrides it in phase 2 (a motion
+        policy). Phase-1 frames are always stored.
+        """
+        image = self._check(image)
+        if not self._phase1_done:
+            self._buffer.append(image)
+            if len(self._buffer) < self.settings.num_scale_frames:
+                return []
+            return self.close_scale_phase()
+        if keyframe is None:
+            K = self.settings.keyframe_interval
+            keyframe = K <= 1 or (self._frames_seen - self._phase1_frames) % K == 0
+        return self._run(image[None], store=bool(keyframe), first_frame=False, scale_slot=1)
+
+    def close_scale_phase(self) -> list[FrameResult]:
+        """Run the buffered frames as the phase-1 batch now (a stream shorter than num_scale_frames)."""
+        if self._phase1_done or not self._buffer:
+            return []
+        images = torch.stack(self._buffer)                                    # [n, 3, H, W]
+        self._buffer.clear()
+        results = self._run(images, store=True, first_frame=True, scale_slot=0)
+        self._phase1_done, self._phase1_frames = True, len(results)
+        return results
+
+    def rollback_last_frame(self) -> None:
+        """Undo the newest stored phase-2 frame everywhere (or drop the newest buffered frame).
+
+        The next frame then gives the outputs it would have given had the rolled-back frame never
+        arrived (exactly so with defer_evictions on). Phase-1 frames cannot be rolled back: their
+        outputs were computed together; reset() instead.
+        """
+        if self._buffer:
+            self._buffer.pop()
+            return
+        if self._stored <= self._phase1_frames:
+            raise NothingToRollback("no stored phase-2 frame to roll back (phase-1 frames need reset())")
+        self._cache.rollback_last_frame()
+        self._camera.rollback_last_frame()
+        self._stored -= 1
+        self._frames_seen -= 1
+
+    def flush(self) -> None:
+        """Recycle the pages of evictions deferred so far (makes them final for rollback)."""
+        if self._cache is not None:
+            self._cache.flush()
+
+    def reset(self) -> None:
+        """Start a new stream: empty caches, time index 0, next frame is the first of phase 1."""
+        if self._cache is not None:
+            self._cache.reset()
+        self._camera.reset()
+        self._buffer: list[torch.Tensor] = []
+        self._phase1_done = False
+        self._phase1_frames = 0
+        self._frames_seen = 0      # frames with results since reset
+        self._stored = 0           # frames appended to the caches = next 3D-RoPE time index
+        self._warned_rope_range = False
+
+    def stats(self) -> dict:
+        return {
+            "frames_seen": self._frames_seen,
+            "frames_stored": self._stored,
+            "frames_buffered": len(self._buffer),
+            "time_index": self._stored,
+            "camera_cache_frames": self._camera.length,
+            "camera_cache_bytes": self._camera.nbytes(),
+            "kv_cache": self._cache.stats() if self._cache is not None else None,
+        }
+
+    @property
+    def time_index(self) -> int:
+        """3D-RoPE index the next frame gets: number of frames appended since reset (spec 8.2)."""
+        return self._stored
+
+    # ---- internals -------------------------------------------------------------------------------
+
+    def _check(self, image: torch.Tensor) -> torch.Tensor:
+        if image.dim() == 4 and image.shape[0] == 1:
+            image = image[0]
+        if image.dim() != 3 or image.shape[0] != 3:
+            raise FrameError(f"expected a [3, H, W] image, got shape {tuple(image.shape)}")
+        H, W = image.shape[1:]
+        p = self.config.patch_size
+        if H % p or W % p:
+            raise FrameError(f"image size {W}x{H} is not a multiple of the patch size {p}; use Preprocessor")
+        if self._image_hw is not None and (H, W) != self._image_hw and (self._phase1_done or self._buffer):
+            raise FrameError(f"frame size {W}x{H} differs from this stream's {self._image_hw[1]}x"
+                             f"{self._image_hw[0]}; reset() before changing size")
+        if (H, W) != self._image_hw:
+            self._image_hw = (H, W)
+            self._cache = None                   # tokens per frame changed: new pages at the next run
+        return image.to(self.device, torch.float32)
+
+    def _global_cache(self) -> PagedKVCache:
+        if self._cache is None:
+            H, W = self._image_hw
+            cfg, s, p = self.config, self.settings, self.config.patch_size
+            spec = CacheSpec(
+                num_layers=cfg.depth, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                tokens_per_frame=cfg.num_special_tokens + (H // p) * (W // p),
+                special_tokens=cfg.num_special_tokens, scale_frames=s.scale_frames,
+                sliding_window=s.sliding_window, cross_frame_special=s.cross_frame_special,
+                include_scale_frames=s.include_scale_frames, camera_only=s.camera_only,
+                max_special_tokens=s.max_special_tokens, dtype=self.compute_dtype, device=self.device)
+            self._cache = PagedKVCache(spec, backend=s.attention_backend)
+            self._cache.defer_evictions = s.defer_evictions
+        return self._cache
+
+    def _begin_global_step(self, cache: PagedKVCache, num_frames: int, store: bool) -> None:
+        try:
+            cache.begin_step(num_frames=num_frames, store=store)
+        except CacheExhausted:
+            if not cache.defer_evictions:
+                raise
+            # The deferral budget is full: make the oldest deferred evictions final and go on
+            # (the cache raises before changing any state, so the retry starts clean).
+            log.debug("deferred evictions at capacity; flushing")
+            cache.flush()
+            cache.begin_step(num_frames=num_frames, store=store)
+
+    def _attend_global(self, layer: int, q, k, v):
+        F, P, H, D = q.shape
+        dt = self.compute_dtype
+        out = self._cache.attend(layer, q.reshape(F * P, H, D).to(dt), k.reshape(F * P, H, D).to(dt),
+                                 v.reshape(F * P, H, D).to(dt))                 # [F*P, H, D]
+        return out.view(F, P, H, D)
+
+    def _autocast(self):
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    @torch.no_grad()
+    def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
+        F, _, H, W = images.shape
+        m, t0 = self.model, self._stored
+        cache = self._global_cache()
+        # A non-keyframe shares its time index with the next keyframe (spec 8.2).
+        time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
+        self._begin_global_step(cache, F, store)
+        if t0 + F > self.config.max_frame_num and not self._warned_rope_range:
+            self._warned_rope_range = True
+            log.warning("3D-RoPE time index %d passes the trained range max_frame_num=%d; computing the "
+                        "rotations anyway (upstream would stop here)", t0 + F - 1, self.config.max_frame_num)
+        with self._autocast():
+            outputs = m.aggregator(images, first_frame=first_frame, scale_slot=scale_slot,
+                                   time_index=time_index, global_attend=self._attend_global)
+        outputs = [o.float() for o in outputs]                                   # heads run in fp32
+        self._camera.begin_step(F, store)
+        poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
+        depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
+        pose_enc = poses[-1]                                                     # [F, 9]
+        extrinsic = pose_to_extrinsic(pose_enc)
+        intrinsic = pose_to_intrinsic(pose_enc, W, H)
+        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
+        results = [FrameResult(index=self._frames_seen + i, is_keyframe=store,
+                               time_index=t0 + (i if store else 0), pose_enc=pose_enc[i],
+                               pose_enc_list=poses[:, i], extrinsic=extrinsic[i], intrinsic=intrinsic[i],
+                               depth=depth[i, ..., 0], depth_conf=depth_conf[i], world_points=points[i],
+                               image=images[i], image_size=(W, H))
+                   for i in range(F)]
+        self._frames_seen += F
+        if store:
+            self._stored += F
+        return results

@@ -1,0 +1,165 @@
+"""lingbot-ros-fixture REF_DIR OUT.npz: the spec-18 parity run.
+
+Builds the model from REF_DIR/config.json["arch"], loads REF_DIR/ckpt.pt, streams
+REF_DIR/frames.npy with config.json["run"] in float32 on the CPU and writes the outputs to OUT.npz.
+With --check, compares them against REF_DIR/expected.npz with the spec-18 tolerance.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..model import CheckpointError, ConfigError, ModelConfig, build_model, load_checkpoint
+from ..stream import SettingsError, StreamingSession, StreamSettings
+
+log = logging.getLogger("lingbot_ros.fixture")
+
+REQUIRED_KEYS = ("pose_enc", "depth", "depth_conf")
+# A pointer file (a checkpoint shared with another fixture) is a tiny text file holding a path.
+_POINTER_MAX_BYTES = 4096
+
+
+class FixtureError(RuntimeError):
+    """A reference directory that does not follow the spec-18 layout."""
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """Follow symlinks and small text files that name another checkpoint (relative to their folder)."""
+    path = path.resolve()
+    for _ in range(8):
+        if not path.is_file():
+            raise FixtureError(f"{path}: checkpoint not found")
+        if path.stat().st_size > _POINTER_MAX_BYTES:
+            return path
+        try:
+            target = path.read_text().strip()
+        except UnicodeDecodeError:
+            return path
+        if not target or "\n" in target:
+            return path
+        path = (path.parent / target).resolve()
+    raise FixtureError(f"{path}: too many checkpoint pointer hops")
+
+
+def settings_from_run(run: dict) -> StreamSettings:
+    kv = run.get("kv_cache", {})
+    try:
+        return StreamSettings(num_scale_frames=run["num_scale_frames"],
+                              keyframe_interval=run.get("keyframe_interval", 1),
+                              camera_num_iterations=run.get("camera_num_iterations", 4),
+                              dtype="float32", attention_backend="torch", **kv)
+    except KeyError as e:
+        raise FixtureError(f"config.json run section lacks {e}") from None
+    except TypeError as e:
+        raise FixtureError(f"config.json run.kv_cache: {e}") from None
+
+
+def run_fixture(ref_dir, threads: int | None = None) -> dict[str, np.ndarray]:
+    ref_dir = Path(ref_dir)
+    cfg_path = ref_dir / "config.json"
+    if not cfg_path.is_file():
+        raise FixtureError(f"{cfg_path}: not found (is {ref_dir} a reference directory?)")
+    config = json.loads(cfg_path.read_text())
+    if "arch" not in config or "run" not in config:
+        raise FixtureError(f"{cfg_path}: needs 'arch' and 'run' sections")
+    if threads:
+        torch.set_num_threads(threads)
+    model = build_model(ModelConfig.from_json(config), device="cpu")
+    load_checkpoint(model, resolve_checkpoint(ref_dir / "ckpt.pt"))
+    frames = np.load(ref_dir / "frames.npy")
+    if frames.ndim == 5 and frames.shape[0] == 1:
+        frames = frames[0]
+    if frames.ndim != 4 or frames.shape[1] != 3:
+        raise FixtureError(f"{ref_dir / 'frames.npy'}: expected [S, 3, H, W], got {frames.shape}")
+    session = StreamingSession(model, settings_from_run(config["run"]))
+    log.info("%s: %d frames %dx%d, model %s", ref_dir, frames.shape[0], frames.shape[3], frames.shape[2],
+             model.config.name)
+    results, start = [], time.perf_counter()
+    for i, frame in enumerate(torch.from_numpy(np.ascontiguousarray(frames, dtype=np.float32))):
+        results += session.step(frame)
+        log.info("frame %d/%d: %d results so far", i + 1, frames.shape[0], len(results))
+    results += session.close_scale_phase()           # a stream shorter than num_scale_frames
+    log.info("%d frames in %.2f s", len(results), time.perf_counter() - start)
+
+    def stack(name):
+        return torch.stack([getattr(r, name) for r in results]).numpy()
+
+    return {
+        "pose_enc": stack("pose_enc"),
+        "depth": stack("depth")[..., None],
+        "depth_conf": stack("depth_conf"),
+        "world_points": stack("world_points"),
+        "extrinsic": stack("extrinsic"),
+        "intrinsic": stack("intrinsic"),
+        "pose_enc_list": stack("pose_enc_list").transpose(1, 0, 2),    # [I, S, 9]
+    }
+
+
+def compare(expected: dict, actual: dict) -> dict[str, tuple[bool, float]]:
+    """Spec-18 check per key of ``expected``: |a-b| <= 1e-4*p99(|b|) + 1e-3*|b|.
+
+    Returns {key: (passed, worst ratio of error to allowance)}; a leading batch dim of 1 is tolerated.
+    """
+    report = {}
+    for key in expected:
+        b = np.asarray(expected[key], dtype=np.float64)
+        if key not in actual:
+            report[key] = (False, float("inf"))
+            continue
+        a = np.asarray(actual[key], dtype=np.float64)
+        a, b = _drop_batch(a, b.shape), _drop_batch(b, a.shape)
+        if a.shape != b.shape:
+            report[key] = (False, float("inf"))
+            continue
+        allowed = 1e-4 * np.percentile(np.abs(b), 99) + 1e-3 * np.abs(b)
+        err = np.abs(a - b)
+        ratio = float(np.max(err / np.maximum(allowed, 1e-30))) if err.size else 0.0
+        report[key] = (bool(np.all(err <= allowed)), ratio)
+    return report
+
+
+def _drop_batch(x, other_shape):
+    return x[0] if x.ndim == len(other_shape) + 1 and x.shape[0] == 1 else x
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="lingbot-ros-fixture", description=__doc__.split("\n\n")[0])
+    parser.add_argument("ref_dir", help="reference directory: config.json, ckpt.pt, frames.npy")
+    parser.add_argument("out", help="output .npz path")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with REF_DIR/expected.npz (spec-18 tolerance); exit 1 on failure")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and the check table")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    try:
+        outputs = run_fixture(args.ref_dir, args.threads)
+    except (FixtureError, CheckpointError, ConfigError, SettingsError, OSError, ValueError) as e:
+        print(f"lingbot-ros-fixture: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, **outputs)
+    print(f"wrote {out} ({', '.join(f'{k} {list(v.shape)}' for k, v in outputs.items())})")
+    if not args.check:
+        return 0
+    expected_path = Path(args.ref_dir) / "expected.npz"
+    if not expected_path.is_file():
+        print(f"lingbot-ros-fixture: error: {expected_path} not found", file=sys.stderr)
+        return 2
+    with np.load(expected_path) as expected:
+        report = compare(dict(expected), outputs)
+    for key, (ok, ratio) in report.items():
+        print(f"{key:14s} {'ok  ' if ok else 'FAIL'} worst error / allowance = {ratio:.3g}")
+    return 0 if all(ok for ok, _ in report.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
