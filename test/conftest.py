@@ -1,0 +1,29 @@
+"""Shared pytest fixtures. Keep additive: several layers' tests rely on them."""
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shared_dir() -> Path:
+    return Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared"))
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The read-only shared folder (../shared next to the repo, or $LINGBOT_SHARED)."""
+    path = _shared_dir()
+    if not path.is_dir():
+        pytest.skip(f"shared folder {path} not found (set LINGBOT_SHARED)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def parity_fixtures_dir(shared_dir) -> Path:
+    """The spec-18 parity fixtures (tiny_default, tiny_kf2, tiny_conv2d)."""
+    path = shared_dir / "fixtures"
+    if not path.is_dir():
+        pytest.skip(f"parity fixtures {path} not found (set LINGBOT_SHARED)")
+    return path
