@@ -34,7 +34,8 @@ def depth_to_points(depth: Array, intrinsic: Array, extrinsic_c2w: Array) -> Arr
     if tuple(intrinsic.shape) != (3, 3):
         raise ValueError(f"intrinsic must be [3, 3], got shape {tuple(intrinsic.shape)}")
     if tuple(extrinsic_c2w.shape) not in ((3, 4), (4, 4)):
-        raise ValueError(f"extrinsic_c2w must be [3, 4] or [4, 4], got {tuple(extrinsic_c2w.shape)}")
+        raise ValueError(
+            f"extrinsic_c2w must be [3, 4] or [4, 4], got {tuple(extrinsic_c2w.shape)}")
     height, width = depth.shape
     if isinstance(depth, torch.Tensor):
         intrinsic = torch.as_tensor(intrinsic, dtype=depth.dtype, device=depth.device)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 # Voxel indices are packed into one int64 key, 21 bits per axis (biased to be non-negative), so
-# that merging a batch into the map is a sort + searchsorted on a flat array.
+# that looking a batch up in the map is a searchsorted on one flat sorted array.
 _AXIS_BITS = 21
 _AXIS_BIAS = 1 << (_AXIS_BITS - 1)
-# Multiplier of a multiplicative hash (2^64 / golden ratio): scatters neighbouring keys, used to
-# drop a spatially even subset when one insert alone would overflow max_points.
+# Multiplier of a multiplicative hash (2^64 / golden ratio): scatters neighbouring keys, so that
+# ties in the drop order fall on a spatially even subset.
 _HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -19,14 +19,19 @@ class VoxelRangeError(ValueError):
 class VoxelMap:
     """Accumulates coloured points; keeps one point per cubic voxel of side ``voxel_size_m``.
 
-    Each occupied voxel stores the running mean of the positions and of the colours of every
-    point that fell into it. Memory is about 72 bytes per occupied voxel.
+    Each occupied voxel holds the running mean of the positions and of the colours of every
+    point that fell into it, and how many points that was.
 
-    Bounded memory: with ``max_points`` set, after each :meth:`insert` the voxels that were
-    updated least recently are dropped until at most ``max_points`` remain (recency counts
-    inserts, so a region the camera sees again stays). Voxels last updated by the same insert
-    are ordered by a hash of their index, so if a single insert alone overflows the budget a
-    spatially even subset of it survives rather than one corner.
+    Bounded memory: with ``max_points`` set, an insert that would create more voxels than fit
+    first removes the voxels updated least recently (recency counts inserts, so a region the
+    camera sees again stays); voxels updated by the insert itself are never removed for its new
+    ones. If the new voxels of a single insert still do not fit, only a subset of them is added.
+    Ties (voxels of the same recency, or the new voxels of one insert) are broken by a hash of
+    the voxel index, so what survives is spread evenly over space rather than one corner of it.
+
+    Storage: about 64 bytes per voxel, in rows that removed voxels free for new ones, so memory
+    stays at ``max_points`` rows. An insert costs O(batch log batch + M) with small constants
+    (the O(M) parts are 1-D copies of the sorted key index), not a re-sort of the map.
 
     Voxel indices must lie within +-2^20 per axis (about +-52 km at 5 cm voxels).
     """
@@ -41,16 +46,28 @@ class VoxelMap:
         self.clear()
 
     def clear(self) -> None:
-        """Forget every point."""
-        self._keys = np.empty(0, np.int64)              # [M] packed voxel index, sorted ascending
-        self._sum_xyz = np.empty((0, 3), np.float64)    # [M, 3] sum of positions (m)
-        self._sum_rgb = np.empty((0, 3), np.float64)    # [M, 3] sum of colours (0..255)
-        self._count = np.empty(0, np.int64)             # [M] points merged into the voxel
-        self._last_insert = np.empty(0, np.int64)       # [M] insert number of the last update
+        """Forget every point and release the storage."""
+        # Index of the occupied voxels, sorted by key: [M] each.
+        self._sorted_keys = np.empty(0, np.int64)
+        self._sorted_rows = np.empty(0, np.int64)    # storage row of each sorted key
+        # Storage rows [capacity]; rows below _num_rows are occupied or listed in _free_rows.
+        self._row_key = np.empty(0, np.int64)
+        self._mean_xyz = np.empty((0, 3), np.float32)  # metres (model units)
+        self._mean_rgb = np.empty((0, 3), np.float32)  # 0..255
+        self._count = np.empty(0, np.int64)            # points merged into the voxel
+        self._last_insert = np.empty(0, np.int64)      # number of the insert that last updated it
+        self._free_rows = np.empty(0, np.int64)
+        self._num_rows = 0
         self._num_inserts = 0
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._sorted_keys)
+
+    def nbytes(self) -> int:
+        """Bytes of numpy storage held (grows until ``max_points`` rows, then stays)."""
+        arrays = (self._sorted_keys, self._sorted_rows, self._row_key, self._mean_xyz,
+                  self._mean_rgb, self._count, self._last_insert, self._free_rows)
+        return sum(a.nbytes for a in arrays)
 
     def insert(self, points_xyz: np.ndarray, colors_rgb_uint8: np.ndarray) -> None:
         """Merge points into the map.
@@ -77,50 +94,95 @@ class VoxelMap:
         if len(points_xyz) == 0:
             return
 
-        # Reduce the batch to one entry per voxel first: [K] unique keys and their sums.
+        # Reduce the batch to one entry per voxel: [K] sorted unique keys and their sums.
         keys = self._pack(np.floor(points_xyz / self.voxel_size_m).astype(np.int64))
         batch_keys, batch_of_point = np.unique(keys, return_inverse=True)
         batch_sum_xyz = _sum_rows(batch_of_point, points_xyz, len(batch_keys))
         batch_sum_rgb = _sum_rows(batch_of_point, colors, len(batch_keys))
         batch_count = np.bincount(batch_of_point, minlength=len(batch_keys))
 
-        # Voxels already in the map: add in place.
-        slot = np.searchsorted(self._keys, batch_keys)
-        exists = slot < len(self._keys)
-        exists[exists] = self._keys[slot[exists]] == batch_keys[exists]
-        old = slot[exists]
-        self._sum_xyz[old] += batch_sum_xyz[exists]
-        self._sum_rgb[old] += batch_sum_rgb[exists]
-        self._count[old] += batch_count[exists]
-        self._last_insert[old] = self._num_inserts
+        # Voxels already in the map: update their running means in place.
+        at = np.searchsorted(self._sorted_keys, batch_keys)
+        exists = at < len(self._sorted_keys)
+        exists[exists] = self._sorted_keys[at[exists]] == batch_keys[exists]
+        self._merge(self._sorted_rows[at[exists]], batch_sum_xyz[exists], batch_sum_rgb[exists],
+                    batch_count[exists])
 
-        # New voxels: insert at their sorted position (np.insert keeps the keys sorted because
-        # the new keys are sorted and `slot` is where each belongs in the old array).
-        new, at = ~exists, slot[~exists]
-        self._keys = np.insert(self._keys, at, batch_keys[new])
-        self._sum_xyz = np.insert(self._sum_xyz, at, batch_sum_xyz[new], axis=0)
-        self._sum_rgb = np.insert(self._sum_rgb, at, batch_sum_rgb[new], axis=0)
-        self._count = np.insert(self._count, at, batch_count[new])
-        self._last_insert = np.insert(self._last_insert, at, self._num_inserts)
-
-        if self.max_points is not None and len(self._keys) > self.max_points:
-            self._drop_least_recent(len(self._keys) - self.max_points)
+        new = ~exists
+        new_keys, new_count = batch_keys[new], batch_count[new]
+        new_sum_xyz, new_sum_rgb = batch_sum_xyz[new], batch_sum_rgb[new]
+        if self.max_points is not None and len(self) + len(new_keys) > self.max_points:
+            overflow = len(self) + len(new_keys) - self.max_points
+            untouched = len(self) - int(exists.sum())
+            self._drop_least_recent(min(overflow, untouched))
+            excess = overflow - min(overflow, untouched)
+            if excess > 0:  # this insert alone brings too many: keep a spread subset of them
+                keep = np.sort(np.argpartition(_scatter(new_keys), excess - 1)[excess:])
+                new_keys, new_count = new_keys[keep], new_count[keep]
+                new_sum_xyz, new_sum_rgb = new_sum_xyz[keep], new_sum_rgb[keep]
+        self._add(new_keys, new_sum_xyz, new_sum_rgb, new_count)
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(xyz float32 [M, 3] in metres, rgb uint8 [M, 3])``, one point per voxel."""
-        count = self._count[:, None]
-        xyz = (self._sum_xyz / count).astype(np.float32)
-        rgb = np.clip(np.round(self._sum_rgb / count), 0, 255).astype(np.uint8)
-        return xyz, rgb
+        rows = self._sorted_rows
+        rgb = np.clip(np.round(self._mean_rgb[rows]), 0, 255).astype(np.uint8)
+        return self._mean_xyz[rows].copy(), rgb
+
+    def _merge(self, rows, sum_xyz, sum_rgb, count) -> None:
+        """Fold batch sums into existing rows (``rows`` unique): mean += (sum - n*mean) / total."""
+        total = self._count[rows] + count
+        for mean, batch_sum in ((self._mean_xyz, sum_xyz), (self._mean_rgb, sum_rgb)):
+            old = mean[rows].astype(np.float64)
+            mean[rows] = old + (batch_sum - count[:, None] * old) / total[:, None]
+        self._count[rows] = total
+        self._last_insert[rows] = self._num_inserts
+
+    def _add(self, keys, sum_xyz, sum_rgb, count) -> None:
+        """Store new voxels (``keys`` sorted, none in the map yet)."""
+        rows = self._allocate_rows(len(keys))
+        self._row_key[rows] = keys
+        self._mean_xyz[rows] = sum_xyz / count[:, None]
+        self._mean_rgb[rows] = sum_rgb / count[:, None]
+        self._count[rows] = count
+        self._last_insert[rows] = self._num_inserts
+        at = np.searchsorted(self._sorted_keys, keys)
+        self._sorted_keys = np.insert(self._sorted_keys, at, keys)
+        self._sorted_rows = np.insert(self._sorted_rows, at, rows)
 
     def _drop_least_recent(self, num_drop: int) -> None:
-        scatter = self._keys.view(np.uint64) * _HASH_MULTIPLIER   # wraps mod 2^64 on purpose
-        order = np.lexsort((scatter, self._last_insert))          # last key is the primary one
-        keep = np.ones(len(self._keys), bool)
-        keep[order[:num_drop]] = False
-        self._keys, self._count = self._keys[keep], self._count[keep]
-        self._sum_xyz, self._sum_rgb = self._sum_xyz[keep], self._sum_rgb[keep]
-        self._last_insert = self._last_insert[keep]
+        if num_drop <= 0:
+            return
+        rows = self._sorted_rows
+        # One int64 order key: recency in the high 32 bits, the key's hash in the low 32.
+        order_key = (self._last_insert[rows] << 32) | (_scatter(self._sorted_keys) >> 32)
+        if num_drop < len(rows):
+            drop_at = np.argpartition(order_key, num_drop - 1)[:num_drop]
+        else:
+            drop_at = np.arange(len(rows))
+        self._free_rows = np.concatenate([self._free_rows, rows[drop_at]])
+        self._count[rows[drop_at]] = 0
+        self._sorted_keys = np.delete(self._sorted_keys, drop_at)
+        self._sorted_rows = np.delete(self._sorted_rows, drop_at)
+
+    def _allocate_rows(self, num_rows: int) -> np.ndarray:
+        """``[num_rows]`` storage rows: freed rows first, then fresh ones (storage doubles)."""
+        reused = self._free_rows[:num_rows]
+        self._free_rows = self._free_rows[num_rows:]
+        fresh = num_rows - len(reused)
+        needed = self._num_rows + fresh
+        if needed > len(self._count):
+            capacity = max(needed, 2 * len(self._count))
+            if self.max_points is not None:
+                capacity = max(needed, min(capacity, self.max_points))
+            grow = capacity - len(self._count)
+            self._row_key = np.concatenate([self._row_key, np.zeros(grow, np.int64)])
+            self._mean_xyz = np.concatenate([self._mean_xyz, np.zeros((grow, 3), np.float32)])
+            self._mean_rgb = np.concatenate([self._mean_rgb, np.zeros((grow, 3), np.float32)])
+            self._count = np.concatenate([self._count, np.zeros(grow, np.int64)])
+            self._last_insert = np.concatenate([self._last_insert, np.zeros(grow, np.int64)])
+        rows = np.concatenate([reused, np.arange(self._num_rows, needed)])
+        self._num_rows = needed
+        return rows
 
     @staticmethod
     def _pack(index_ijk: np.ndarray) -> np.ndarray:
@@ -131,6 +193,11 @@ class VoxelMap:
                 f"{int(np.abs(index_ijk).max())}); increase voxel_size_m or drop outlier points")
         biased = index_ijk + _AXIS_BIAS
         return (biased[:, 0] << (2 * _AXIS_BITS)) | (biased[:, 1] << _AXIS_BITS) | biased[:, 2]
+
+
+def _scatter(keys: np.ndarray) -> np.ndarray:
+    """Hash of packed keys as non-negative int64 (the top 63 bits of a multiplicative hash)."""
+    return ((keys.view(np.uint64) * _HASH_MULTIPLIER) >> np.uint64(1)).view(np.int64)
 
 
 def _sum_rows(group: np.ndarray, values: np.ndarray, num_groups: int) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""Frame sources for the offline tool and the camera publisher: folder, video, bag, camera, synthetic.
+"""Frame sources for the offline tool and the camera publisher.
+
+Folder of images, video file, rosbag2, camera device, synthetic pattern.
 
 Every source is an iterable of :class:`Frame` ``(stamp_s, rgb)`` with ``rgb`` a uint8
 ``[H, W, 3]`` RGB array. Iterating opens the underlying file or device and the generator closes
