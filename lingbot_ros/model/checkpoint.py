@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import pickle
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,8 +31,8 @@ def read_state_dict(path) -> dict[str, torch.Tensor]:
     try:
         # mmap needs the zip format of torch.save; legacy pickles load fully.
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as e:
-        if is_zip or path.read_bytes()[:4] == b"PK\x03\x04":
+    except Exception as e:   # the weights-only unpickler raises assorted types on garbage input
+        if is_zip or _starts_like_zip(path):
             raise CheckpointError(f"{path}: truncated or corrupt checkpoint ({_first_line(e)})") from e
         raise CheckpointError(f"{path}: not a PyTorch checkpoint of tensors ({_first_line(e)})") from e
     sd = obj.get("model", obj) if isinstance(obj, Mapping) else obj
@@ -70,6 +69,12 @@ def load_checkpoint(model: nn.Module, path) -> list[str]:
                 v.copy_(sd[k])
     log.info("%s: loaded %d tensors", path, len(own) - sum(k not in sd for k in own))
     return unexpected
+
+
+def _starts_like_zip(path: Path) -> bool:
+    # A truncated torch.save zip has lost its central directory but keeps its local-header magic.
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04"
 
 
 def _short(items: list[str]) -> str:
