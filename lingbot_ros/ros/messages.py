@@ -1,0 +1,95 @@
+"""Builders for the node's output messages. Every builder takes the input image's stamp."""
+from __future__ import annotations
+
+import numpy as np
+from geometry_msgs.msg import Pose, PoseStamped
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
+from std_msgs.msg import Header
+
+from lingbot_ros.ros.frames import quaternion_from_matrix
+
+# Odometry covariance convention (diagonal of pose.covariance, row-major 6x6: x y z rx ry rz).
+# The model reports no calibrated uncertainty, so the value only tells consumers how far to trust
+# a pose: tracking = the `odom_variance` parameter; the first poses of a stream (the scale-frame
+# batch, and the first pose after a reset) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
+UNTRUSTED_VARIANCE = 1.0e6
+# Velocity is not estimated: twist covariance[0] = -1 marks it unknown (sensor_msgs convention).
+UNKNOWN_COVARIANCE = -1.0
+
+# PointCloud2 layout: x, y, z float32 and rgb packed as 0x00RRGGBB in a float32 field (RViz's
+# convention), 16 bytes per point.
+POINT_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("rgb", "<u4")])
+POINT_FIELDS = [PointField(name=name, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+                for i, name in enumerate(("x", "y", "z", "rgb"))]
+
+
+def make_header(stamp, frame_id: str) -> Header:
+    return Header(stamp=stamp, frame_id=frame_id)
+
+
+def pose_from_matrix(pose_4x4: np.ndarray) -> Pose:
+    msg = Pose()
+    msg.position.x, msg.position.y, msg.position.z = (float(v) for v in pose_4x4[:3, 3])
+    (msg.orientation.x, msg.orientation.y, msg.orientation.z,
+     msg.orientation.w) = quaternion_from_matrix(pose_4x4[:3, :3])
+    return msg
+
+
+def pose_stamped(pose_4x4: np.ndarray, stamp, frame_id: str) -> PoseStamped:
+    return PoseStamped(header=make_header(stamp, frame_id), pose=pose_from_matrix(pose_4x4))
+
+
+def odometry(pose_4x4: np.ndarray, stamp, frame_id: str, child_frame_id: str,
+             variance: float) -> Odometry:
+    msg = Odometry(header=make_header(stamp, frame_id), child_frame_id=child_frame_id)
+    msg.pose.pose = pose_from_matrix(pose_4x4)
+    covariance = np.zeros(36)
+    covariance[::7] = variance
+    msg.pose.covariance = covariance.tolist()
+    twist_covariance = np.zeros(36)
+    twist_covariance[0] = UNKNOWN_COVARIANCE
+    msg.twist.covariance = twist_covariance.tolist()
+    return msg
+
+
+def pack_points(points_xyz: np.ndarray, colors_rgb: np.ndarray) -> np.ndarray:
+    """``[N, 3]`` float points and ``[N, 3]`` uint8 RGB -> structured ``[N]`` POINT_DTYPE array."""
+    if points_xyz.shape != colors_rgb.shape or points_xyz.ndim != 2 or points_xyz.shape[1] != 3:
+        raise ValueError(f"points {points_xyz.shape} and colors {colors_rgb.shape} must both be [N, 3]")
+    packed = np.empty(points_xyz.shape[0], POINT_DTYPE)
+    packed["x"], packed["y"], packed["z"] = points_xyz[:, 0], points_xyz[:, 1], points_xyz[:, 2]
+    rgb = colors_rgb.astype(np.uint32)
+    packed["rgb"] = (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
+    return packed
+
+
+def point_cloud(points_xyz: np.ndarray, colors_rgb: np.ndarray, stamp, frame_id: str) -> PointCloud2:
+    """Unordered coloured cloud (height 1). Data goes in as bytes (ndarray assignment is slow)."""
+    packed = pack_points(points_xyz, colors_rgb)
+    return PointCloud2(header=make_header(stamp, frame_id), height=1, width=int(packed.size),
+                       fields=POINT_FIELDS, is_bigendian=False, point_step=POINT_DTYPE.itemsize,
+                       row_step=POINT_DTYPE.itemsize * int(packed.size), data=packed.tobytes(),
+                       is_dense=True)
+
+
+def unpack_points(msg: PointCloud2) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of point_cloud (for tests and tools): ``[N, 3]`` float32 xyz, ``[N, 3]`` uint8 RGB."""
+    packed = np.frombuffer(msg.data, POINT_DTYPE, count=msg.width * msg.height)
+    xyz = np.stack([packed["x"], packed["y"], packed["z"]], axis=1)
+    rgb = np.stack([(packed["rgb"] >> s) & 0xFF for s in (16, 8, 0)], axis=1).astype(np.uint8)
+    return xyz, rgb
+
+
+def camera_info(intrinsic_3x3: np.ndarray, width: int, height: int, stamp, frame_id: str) -> CameraInfo:
+    """Pinhole CameraInfo without distortion (the model's intrinsics at its output resolution)."""
+    k = np.asarray(intrinsic_3x3, dtype=np.float64)
+    msg = CameraInfo(header=make_header(stamp, frame_id), width=int(width), height=int(height),
+                     distortion_model="plumb_bob")
+    msg.d = [0.0] * 5
+    msg.k = k.reshape(-1).tolist()
+    msg.r = np.eye(3).reshape(-1).tolist()
+    projection = np.zeros((3, 4))
+    projection[:, :3] = k
+    msg.p = projection.reshape(-1).tolist()
+    return msg

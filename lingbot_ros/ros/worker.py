@@ -1,0 +1,131 @@
+"""The worker thread: sole owner of the model, fed by a frame inbox and a command queue.
+
+Subscription callbacks only decode and ``put`` frames; service callbacks ``submit`` commands and
+wait on the returned future. Commands run between frames, so nothing races an inference step.
+"""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Callable
+
+
+class FrameInbox:
+    """Newest-frame-wins slot (``keep_all=False``) or a bounded FIFO (``keep_all=True``).
+
+    ``put`` returns how many waiting frames it dropped (0 or 1). In FIFO mode it never drops: it
+    waits for space, which back-pressures a reliable publisher (bag replay).
+    """
+
+    def __init__(self, keep_all: bool, capacity: int):
+        self.keep_all = keep_all
+        self.capacity = capacity if keep_all else 1
+        self._items: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, item) -> int:
+        with self._cond:
+            dropped = 0
+            if self.keep_all:
+                while len(self._items) >= self.capacity and not self._closed:
+                    self._cond.wait(0.1)
+                if self._closed:
+                    return 1
+            elif self._items:
+                self._items.popleft()
+                dropped = 1
+            self._items.append(item)
+            self._cond.notify_all()
+            return dropped
+
+    def get(self, timeout: float):
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
+
+    def clear(self) -> int:
+        """Drop every waiting frame; return how many."""
+        with self._cond:
+            count = len(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+            return count
+
+    def close(self) -> None:
+        """Wake and release any producer blocked in put (deactivate, shutdown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        with self._cond:
+            self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Worker:
+    """Runs ``handle_frame`` for each inbox frame and submitted commands in between."""
+
+    def __init__(self, inbox: FrameInbox, handle_frame: Callable, name: str = "lingbot_worker"):
+        self.inbox = inbox
+        self._handle_frame = handle_frame
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.busy = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, fn: Callable, *args) -> Future:
+        """Run ``fn(*args)`` on the worker before the next frame; the future holds its result."""
+        future: Future = Future()
+        if self._stop.is_set():
+            future.set_exception(RuntimeError("the worker has stopped"))
+        else:
+            self._commands.put((future, fn, args))
+        return future
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop after the current frame; return True if the thread ended in time."""
+        self._stop.set()
+        self.inbox.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        # Anything still queued will never run: say so instead of leaving callers waiting.
+        while not self._commands.empty():
+            future, _, _ = self._commands.get_nowait()
+            future.set_exception(RuntimeError("the worker stopped before running this request"))
+        return not self._thread.is_alive()
+
+    def _run_commands(self) -> None:
+        while not self._commands.empty():
+            future, fn, args = self._commands.get_nowait()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:   # handed to the waiting caller, who reports it
+                future.set_exception(error)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._run_commands()
+            frame = self.inbox.get(timeout=0.02)
+            if frame is not None and not self._stop.is_set():
+                self.busy = True
+                try:
+                    self._handle_frame(frame)
+                finally:
+                    self.busy = False
+        self._run_commands()
