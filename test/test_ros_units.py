@@ -1,0 +1,181 @@
+"""Pure parts of the ROS layer: axis conversion, messages, parameters, worker inbox, keyframes."""
+import dataclasses
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from lingbot_ros.ros import frames, messages, params
+from lingbot_ros.ros.keyframes import MotionPolicy, parallax_px, to_work_gray
+from lingbot_ros.ros.worker import FrameInbox, Worker
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def rot_x(angle):
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+
+
+def test_identity_model_pose_is_identity_in_map():
+    np.testing.assert_allclose(frames.optical_pose_to_map(np.eye(4))[:3, 3], 0)
+    # The optical axes of the first camera seen from map: z (forward) = map x, x (right) = -y,
+    # y (down) = -z.
+    pose = frames.optical_pose_to_map(np.eye(4))
+    np.testing.assert_allclose(pose[:3, :3], frames.R_MAP_FROM_OPTICAL)
+
+
+def test_camera_moving_forward_moves_along_map_x():
+    extrinsic = np.eye(4)
+    extrinsic[:3, 3] = [0.5, -0.2, 2.0]          # right 0.5, up 0.2, forward 2 (optical axes)
+    pose = frames.optical_pose_to_map(extrinsic)
+    np.testing.assert_allclose(pose[:3, 3], [2.0, -0.5, 0.2])   # forward, right = -left, up
+
+
+def test_points_and_poses_use_the_same_conversion():
+    extrinsic = np.eye(4)
+    extrinsic[:3, :3] = rot_x(0.3)
+    extrinsic[:3, 3] = [1, 2, 3]
+    point_cam = np.array([0.1, -0.4, 5.0])
+    point_world = extrinsic[:3, :3] @ point_cam + extrinsic[:3, 3]
+    pose = frames.optical_pose_to_map(extrinsic)
+    np.testing.assert_allclose(frames.optical_points_to_map(point_world),
+                               pose[:3, :3] @ point_cam + pose[:3, 3])
+
+
+def test_pitching_the_camera_down_points_its_optical_axis_down_in_map():
+    extrinsic = np.eye(4)
+    extrinsic[:3, :3] = rot_x(-np.pi / 2)        # optical z turns towards optical +y (down)
+    pose = frames.optical_pose_to_map(extrinsic)
+    optical_z_in_map = pose[:3, :3] @ [0, 0, 1]
+    np.testing.assert_allclose(optical_z_in_map, [0, 0, -1], atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_quaternion_from_matrix(seed):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=4)
+    q /= np.linalg.norm(q)
+    x, y, z, w = q
+    rotation = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                         [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    out = np.array(frames.quaternion_from_matrix(rotation))
+    np.testing.assert_allclose(out, q * np.sign(q[3]), atol=1e-9)
+
+
+def test_pointcloud2_layout():
+    xyz = np.array([[1.0, 2.0, 3.0], [-1.5, 0.25, 8.0]], np.float32)
+    rgb = np.array([[255, 0, 10], [1, 2, 3]], np.uint8)
+    msg = messages.point_cloud(xyz, rgb, stamp=messages.make_header(None, "map").stamp, frame_id="map")
+    assert [(f.name, f.offset, f.datatype, f.count) for f in msg.fields] == [
+        ("x", 0, 7, 1), ("y", 4, 7, 1), ("z", 8, 7, 1), ("rgb", 12, 7, 1)]
+    assert (msg.height, msg.width, msg.point_step, msg.row_step) == (1, 2, 16, 32)
+    assert not msg.is_bigendian and msg.is_dense and len(msg.data) == 32
+    raw = np.frombuffer(bytes(msg.data), np.uint32).reshape(2, 4)
+    assert raw[0, 3] == 0xFF000A and raw[1, 3] == 0x010203
+    back_xyz, back_rgb = messages.unpack_points(msg)
+    np.testing.assert_array_equal(back_xyz, xyz)
+    np.testing.assert_array_equal(back_rgb, rgb)
+
+
+def test_odometry_covariance_convention():
+    trusted = messages.odometry(np.eye(4), None, "map", "cam", 0.01)
+    untrusted = messages.odometry(np.eye(4), None, "map", "cam", messages.UNTRUSTED_VARIANCE)
+    assert np.allclose(np.diag(np.reshape(trusted.pose.covariance, (6, 6))), 0.01)
+    assert np.allclose(np.diag(np.reshape(untrusted.pose.covariance, (6, 6))), 1e6)
+    assert trusted.twist.covariance[0] == -1.0 and trusted.child_frame_id == "cam"
+
+
+def test_camera_info_from_intrinsics():
+    k = np.array([[100.0, 0, 56], [0, 101.0, 42], [0, 0, 1]])
+    msg = messages.camera_info(k, 112, 84, None, "cam")
+    assert (msg.width, msg.height) == (112, 84)
+    assert list(msg.k) == k.reshape(-1).tolist() and msg.p[0] == 100.0 and msg.p[3] == 0.0
+
+
+def test_default_parameters_validate_and_match_map_yaml():
+    cfg = params.validate({})
+    loaded = yaml.safe_load((REPO / "config" / "map.yaml").read_text())["/**"]["ros__parameters"]
+    assert loaded == dataclasses.asdict(cfg)
+    assert params.validate(loaded) == cfg
+
+
+@pytest.mark.parametrize("values, text", [
+    ({"keyframe_interval": 0}, "'keyframe_interval' must be >= 1"),
+    ({"image_width": 500}, "'image_width' must be a positive multiple of 14"),
+    ({"image_qos": "fast"}, "'image_qos' must be one of"),
+    ({"tf_mode": "map_to_base"}, "'tf_mode' must be one of"),
+    ({"checkpoint": "/no/such.pt"}, "'checkpoint' file '/no/such.pt' does not exist"),
+    ({"map_voxel_size_m": 0.0}, "'map_voxel_size_m' must be > 0"),
+    ({"min_confidence": float("nan")}, "'min_confidence' must be a finite number"),
+    ({"process_all_frames": "yes"}, "'process_all_frames' must be a bool"),
+    ({"queue_size": True}, "'queue_size' must be a int"),
+    ({"device": "tpu"}, "'device' must be auto, cpu, cuda"),
+    ({"typo_parameter": 1}, "unknown parameter"),
+])
+def test_parameter_validation_names_the_parameter(values, text):
+    with pytest.raises(params.ConfigError) as error:
+        params.validate(values)
+    assert text in str(error.value)
+
+
+def test_int_is_accepted_for_float_parameters():
+    assert params.validate({"map_publish_period_s": 2}).map_publish_period_s == 2.0
+
+
+def test_newest_frame_wins_and_counts_drops():
+    inbox = FrameInbox(keep_all=False, capacity=30)
+    assert [inbox.put(i) for i in range(4)] == [0, 1, 1, 1]
+    assert inbox.get(0.01) == 3 and inbox.get(0.01) is None
+
+
+def test_fifo_keeps_order_and_blocks_when_full():
+    inbox = FrameInbox(keep_all=True, capacity=2)
+    assert inbox.put(1) == 0 and inbox.put(2) == 0
+    done = threading.Event()
+    threading.Thread(target=lambda: (inbox.put(3), done.set()), daemon=True).start()
+    assert not done.wait(0.2)                 # full: the producer waits
+    assert inbox.get(0.1) == 1
+    assert done.wait(5)
+    assert [inbox.get(0.1), inbox.get(0.1)] == [2, 3]
+
+
+def test_worker_runs_commands_between_frames_and_fails_pending_ones_on_stop():
+    seen = []
+    inbox = FrameInbox(keep_all=True, capacity=10)
+    worker = Worker(inbox, seen.append)
+    worker.start()
+    inbox.put("frame")
+    assert worker.submit(lambda: "done").result(timeout=5) == "done"
+    assert worker.submit(lambda: 1 / 0).exception(timeout=5).__class__ is ZeroDivisionError
+    assert worker.stop(5)
+    assert seen == ["frame"]
+    with pytest.raises(RuntimeError, match="stopped"):
+        worker.submit(lambda: None).result(timeout=1)
+
+
+def _textured(shift_px: int) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    base = (rng.random((60, 80)) * 255).astype(np.uint8)
+    import cv2
+    base = cv2.resize(base, (640, 480), interpolation=cv2.INTER_CUBIC)
+    shifted = np.roll(base, shift_px, axis=1)
+    return np.dstack([shifted] * 3)
+
+
+def test_parallax_measures_image_motion():
+    reference = to_work_gray(_textured(0))
+    assert parallax_px(reference, to_work_gray(_textured(0))) < 0.5
+    assert 9 < parallax_px(reference, to_work_gray(_textured(20))) < 11   # 20 px at 640 = 10 at 320
+    assert parallax_px(reference, np.zeros((10, 10), np.uint8)) == float("inf")
+
+
+def test_motion_policy_keeps_moving_frames_only():
+    policy = MotionPolicy(min_parallax_px=4.0)
+    assert policy.is_keyframe(_textured(0))        # first frame: always
+    assert not policy.is_keyframe(_textured(2))    # 1 px at 320: too little
+    assert policy.is_keyframe(_textured(12))       # 6 px: keyframe, becomes the reference
+    assert not policy.is_keyframe(_textured(14))   # 1 px from the new reference
