@@ -27,3 +27,15 @@ def parity_fixtures_dir(shared_dir) -> Path:
     if not path.is_dir():
         pytest.skip(f"parity fixtures {path} not found (set LINGBOT_SHARED)")
     return path
+
+
+@pytest.fixture()
+def torch_single_thread():
+    """One intra-op thread: tiny models on a shared 2-core machine run ~10x faster without OpenMP
+    threads spinning against other processes."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

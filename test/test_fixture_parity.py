@@ -9,6 +9,8 @@ from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.stream import StreamingSession
 from lingbot_ros.tools import fixture
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 FIXTURES = ("tiny_default", "tiny_kf2", "tiny_conv2d")
 
 
@@ -16,7 +18,7 @@ FIXTURES = ("tiny_default", "tiny_kf2", "tiny_conv2d")
 def test_fixture_matches_expected(parity_fixtures_dir, tmp_path, name):
     ref = parity_fixtures_dir / name
     out = tmp_path / "out.npz"
-    assert fixture.main([str(ref), str(out), "--quiet", "--threads", "2"]) == 0
+    assert fixture.main([str(ref), str(out), "--quiet"]) == 0
     with np.load(ref / "expected.npz") as expected, np.load(out) as actual:
         expected, actual = dict(expected), dict(actual)
     report = fixture.compare(expected, actual)

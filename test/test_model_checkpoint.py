@@ -6,6 +6,8 @@ import torch
 
 from lingbot_ros.model import CheckpointError, ModelConfig, build_model, load_checkpoint
 
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
 
 
 def small_config():
