@@ -67,7 +67,9 @@ class Preprocessor:
         return chw.to(self.device).float() / 255.0
 
     def _resize_fast(self, image: np.ndarray, plan: ResizePlan) -> torch.Tensor:
-        chw = torch.from_numpy(np.ascontiguousarray(image)).to(self.device).permute(2, 0, 1)
+        # Upload uint8 (4x less traffic than float); copy only if the array is a view or read-only.
+        hwc = torch.from_numpy(np.require(image, requirements=["C", "W"]))
+        chw = hwc.to(self.device).permute(2, 0, 1)
         x = F.interpolate(chw[None].float(), size=(plan.resized_height, plan.width), mode="bicubic",
                           antialias=True, align_corners=False)[0]
         # PIL rounds and clamps to uint8; doing the same keeps the two paths one quantisation apart.
