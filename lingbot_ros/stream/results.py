@@ -27,8 +27,13 @@ class FrameResult:
     image_size: tuple[int, int]   # (W, H) of the model input
 
     def intrinsic_for(self, orig_w: int, orig_h: int, patch_size: int = 14) -> torch.Tensor:
-        """K for the original image that the Preprocessor turned into this frame (undoes resize + crop)."""
+        """K for the original image that the Preprocessor turned into this frame (undoes resize + crop).
+
+        Frames not made by the Preprocessor's rule (other height) get a plain per-axis rescale.
+        """
         plan = resize_plan(orig_w, orig_h, self.image_size[0], patch_size)
+        if plan.height != self.image_size[1]:
+            return scale_intrinsic(self.intrinsic, self.image_size, (orig_w, orig_h))
         K = self.intrinsic.clone()
         K[1, 2] += plan.crop_top          # back to the uncropped resized image
         return scale_intrinsic(K, (plan.width, plan.resized_height), (orig_w, orig_h))

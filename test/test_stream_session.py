@@ -1,0 +1,203 @@
+"""StreamingSession (spec 13): phases, keyframes, rollback, reset, batch equivalence, settings."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lingbot_ros.cache import NothingToRollback
+from lingbot_ros.model import ModelConfig, build_model
+from lingbot_ros.model.camera_cache import CameraKVCache
+from lingbot_ros.model.layers import dense_attend
+from lingbot_ros.stream import FrameError, SettingsError, StreamingSession, StreamSettings
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+H, W = 28, 42          # 2 x 3 patches: 12 tokens per frame
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(ModelConfig.preset("tiny"), seed=3)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return torch.rand(16, 3, H, W, generator=torch.Generator().manual_seed(1))
+
+
+def small(**kw):
+    base = dict(num_scale_frames=2, scale_frames=2, sliding_window=3, camera_num_iterations=2)
+    return StreamSettings(**{**base, **kw})
+
+
+def run(session, frames, **kw):
+    return [r for f in frames for r in session.step(f, **kw)]
+
+
+def assert_same(a, b, atol=1e-6):
+    assert [r.index for r in a] == [r.index for r in b]
+    for x, y in zip(a, b):
+        assert (x.is_keyframe, x.time_index) == (y.is_keyframe, y.time_index)
+        for key in ("pose_enc", "pose_enc_list", "depth", "depth_conf", "world_points"):
+            torch.testing.assert_close(getattr(x, key), getattr(y, key), rtol=0, atol=atol, msg=key)
+
+
+def test_phase1_is_buffered_then_one_result_per_call(model, frames):
+    session = StreamingSession(model, small(num_scale_frames=3))
+    assert session.step(frames[0]) == [] and session.step(frames[1]) == []
+    batch = session.step(frames[2])
+    assert [r.index for r in batch] == [0, 1, 2] and all(r.is_keyframe for r in batch)
+    r = session.step(frames[3])
+    assert len(r) == 1 and r[0].index == 3 and r[0].time_index == 3
+    res = r[0]
+    assert res.pose_enc.shape == (9,) and res.extrinsic.shape == (3, 4) and res.intrinsic.shape == (3, 3)
+    assert res.depth.shape == (H, W) and res.depth_conf.shape == (H, W) and res.world_points.shape == (H, W, 3)
+    assert res.image_size == (W, H) and res.pose_enc_list.shape == (2, 9) and (res.depth_conf >= 1).all()
+
+
+def test_keyframe_interval_and_time_index(model, frames):
+    session = StreamingSession(model, small(keyframe_interval=3))
+    results = run(session, frames[:9])
+    assert [r.is_keyframe for r in results] == [True, True, True, False, False, True, False, False, True]
+    # A non-keyframe shares its time index with the next keyframe (spec 8.2).
+    assert [r.time_index for r in results] == [0, 1, 2, 3, 3, 3, 4, 4, 4]
+
+
+def test_non_keyframe_leaves_no_trace(model, frames):
+    a = StreamingSession(model, small())
+    b = StreamingSession(model, small())
+    run(a, frames[:6]), run(b, frames[:6])
+    assert not a.step(frames[15], keyframe=False)[0].is_keyframe
+    after_a, after_b = run(a, frames[6:9]), run(b, frames[6:9])
+    for x, y in zip(after_a, after_b):
+        torch.testing.assert_close(x.pose_enc, y.pose_enc, rtol=0, atol=0)
+        torch.testing.assert_close(x.depth, y.depth, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("defer, prefix", [(True, 8), (False, 3)])
+def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefix):
+    # With deferral on the rollback also undoes the evictions the frame caused (A + Wn = 5 frames
+    # fit, so frames 5.. evict); without deferral it is exact while nothing has been evicted.
+    seen = StreamingSession(model, small(defer_evictions=defer))
+    fresh = StreamingSession(model, small(defer_evictions=defer))
+    run(seen, frames[:prefix]), run(fresh, frames[:prefix])
+    before = seen.stats()
+    seen.step(frames[14])
+    seen.step(frames[15])
+    seen.rollback_last_frame()
+    seen.rollback_last_frame()
+    assert seen.stats()["frames_stored"] == before["frames_stored"]
+    assert seen.stats()["camera_cache_frames"] == before["camera_cache_frames"]
+    assert_same(run(seen, frames[prefix:prefix + 4]), run(fresh, frames[prefix:prefix + 4]))
+
+
+def test_rollback_limits(model, frames):
+    session = StreamingSession(model, small(num_scale_frames=3))
+    with pytest.raises(NothingToRollback):
+        session.rollback_last_frame()
+    session.step(frames[0]), session.step(frames[1])
+    session.rollback_last_frame()                      # drops the newest buffered frame
+    assert session.stats()["frames_buffered"] == 1
+    run(session, frames[1:3])
+    with pytest.raises(NothingToRollback, match="phase-1"):
+        session.rollback_last_frame()
+
+
+def test_reset_equals_a_fresh_session(model, frames):
+    used = StreamingSession(model, small(keyframe_interval=2))
+    run(used, frames[:10])
+    used.reset()
+    assert_same(run(used, frames[3:12]), run(StreamingSession(model, small(keyframe_interval=2)), frames[3:12]),
+                atol=0)
+
+
+def test_short_stream_closes_phase1(model, frames):
+    session = StreamingSession(model, small(num_scale_frames=4, sliding_window=4))
+    assert run(session, frames[:2]) == []
+    assert [r.index for r in session.close_scale_phase()] == [0, 1]
+    assert len(session.step(frames[2])) == 1
+
+
+class CausalCameraCache:
+    """Batch reference for the camera head: frame i sees frames 0..i."""
+
+    def attend(self, slot, q, k, v):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=True).transpose(1, 2)
+
+
+def test_streaming_equals_block_causal_batch(model, frames):
+    """Without eviction and with one scale frame, streaming == one block-causal forward."""
+    S = 7
+    m = build_model(ModelConfig.preset("tiny"), seed=3)
+    with torch.no_grad():
+        m.aggregator.scale_token[:, 0] = m.aggregator.scale_token[:, 1]   # one scale slot for all frames
+    streamed = run(StreamingSession(m, small(num_scale_frames=1, sliding_window=8)), frames[:S])
+
+    def block_causal(layer, q, k, v):                                     # [S, P, H, D]
+        P = q.shape[1]
+        frame = torch.arange(S).repeat_interleave(P)
+        mask = frame[:, None] >= frame[None, :]
+        flat = [t.reshape(1, S * P, *t.shape[2:]).transpose(1, 2) for t in (q, k, v)]
+        return F.scaled_dot_product_attention(*flat, attn_mask=mask).transpose(1, 2).reshape(q.shape)
+
+    with torch.no_grad():
+        outs = m.aggregator(frames[:S], first_frame=True, scale_slot=1,
+                            time_index=torch.arange(S, dtype=torch.float64), global_attend=block_causal)
+        poses = m.camera_head(outs[-1][:, 0], CausalCameraCache(), 2)
+        depth, _ = m.depth_head(outs, H, W)
+    torch.testing.assert_close(torch.stack([r.pose_enc for r in streamed]), poses[-1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.stack([r.depth for r in streamed]), depth[..., 0], rtol=1e-4, atol=1e-5)
+
+
+def test_camera_cache_grows_and_rolls_back():
+    cache = CameraKVCache(num_caches=2, num_heads=2, head_dim=4, device="cpu", capacity=2)
+    gen = torch.Generator().manual_seed(0)
+    ks, vs = [], []
+    for step in range(5):
+        q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
+        cache.begin_step(1, store=True)
+        out = cache.attend(1, q, k, v)
+        ks.append(k), vs.append(v)
+        torch.testing.assert_close(out, dense_attend(q, torch.cat(ks, 1), torch.cat(vs, 1)))
+    assert cache.length == 5 and cache.capacity == 8
+    cache.rollback_last_frame()
+    q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
+    cache.begin_step(1, store=False)
+    out = cache.attend(1, q, k, v)
+    torch.testing.assert_close(out, dense_attend(q, torch.cat(ks[:4] + [k], 1), torch.cat(vs[:4] + [v], 1)))
+    assert cache.length == 4
+
+
+def test_bfloat16_runs_close_to_float32(model, frames):
+    ref = run(StreamingSession(model, small()), frames[:6])
+    low = run(StreamingSession(model, small(dtype="bfloat16")), frames[:6])
+    for key in ("pose_enc", "depth"):
+        a = torch.stack([getattr(r, key) for r in low])
+        b = torch.stack([getattr(r, key) for r in ref])
+        assert a.dtype == torch.float32
+        assert ((a - b).norm() / b.norm()) < 0.05
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(num_scale_frames=9, scale_frames=2, sliding_window=6), "exceeds scale_frames \\+ sliding_window"),
+    (dict(keyframe_interval=0), "keyframe_interval must be an int >= 1"),
+    (dict(dtype="float64"), "dtype must be"),
+    (dict(attention_backend="magic"), "attention_backend"),
+    (dict(max_special_tokens=-1), "max_special_tokens"),
+])
+def test_settings_that_make_no_sense_are_refused(kw, message):
+    with pytest.raises(SettingsError, match=message):
+        StreamSettings(**kw)
+
+
+def test_bad_frames_are_refused(model, frames):
+    session = StreamingSession(model, small())
+    with pytest.raises(FrameError, match="\\[3, H, W\\]"):
+        session.step(frames[0, 0])
+    with pytest.raises(FrameError, match="multiple of the patch size"):
+        session.step(torch.rand(3, 30, 42))
+    session.step(frames[0])
+    with pytest.raises(FrameError, match="reset\\(\\) before changing size"):
+        session.step(torch.rand(3, 42, 42))
+    session.reset()
+    assert session.step(torch.rand(3, 42, 42)) == []
