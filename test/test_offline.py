@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from lingbot_ros.mapping import VoxelMap, depth_to_points, read_ply, read_tum
-from lingbot_ros.tools.offline import OutputWriter
+from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
+from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
+from lingbot_ros.tools.offline import OutputWriter, main
+from lingbot_ros.tools.sources import SyntheticSource
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-FIXTURE = SHARED / "fixtures" / "tiny_default"
 
 
 def fake_result(index, is_keyframe, height=4, width=6, depth_m=2.0):
@@ -67,19 +67,23 @@ def test_output_writer_files(tmp_path, depth_format):
 
 def needs(path: Path) -> Path:
     if not path.exists():
-        pytest.skip(f"{path} is absent (shared data/fixtures are not mounted)")
+        pytest.skip(f"{path} is absent (see ../shared/data/README.md and fixtures/README.md)")
     return path
 
 
-def run_offline(tmp_path, input_path, *extra):
-    from lingbot_ros.tools.offline import main
+@pytest.fixture
+def fixture_dir(shared_dir) -> Path:
+    """The tiny_default parity fixture: a small architecture with seeded random weights."""
+    return needs(shared_dir / "fixtures" / "tiny_default")
 
+
+def run_offline(tmp_path, fixture_dir, input_path, *extra):
     out = tmp_path / "out"
-    argv = ["--config", str(needs(FIXTURE / "config.json")),
-            "--checkpoint", str(needs(FIXTURE / "ckpt.pt")),
+    argv = ["--config", str(fixture_dir / "config.json"),
+            "--checkpoint", str(fixture_dir / "ckpt.pt"),
             "--input", str(needs(input_path)), "--output", str(out), "--device", "cpu",
             "--max-frames", "12", "--num-scale-frames", "3", "--scale-frames", "3",
-            "--window", "4", "--image-width", "224", "--min-confidence", "1.0",
+            "--window", "4", "--image-width", "112", "--min-confidence", "1.0",
             "--voxel-size", "0.05", *extra]
     assert main(argv) == 0
     return out
@@ -93,19 +97,20 @@ def check_outputs(out, expected_stamps_s, depth_suffix=".png"):
     rotations = trajectory.c2w()[:, :3, :3]
     np.testing.assert_allclose(rotations @ rotations.transpose(0, 2, 1),
                                np.broadcast_to(np.eye(3), rotations.shape), atol=1e-6)
-    # 518x294 sources at width 224: height round(294 * 224 / 518 / 14) * 14 = 126.
+    # 518x294 sources at width 112: height round(294 * 112 / 518 / 14) * 14 = 70 (spec 3).
     for i in range(12):
         path = out / "depth" / f"{i:06d}{depth_suffix}"
         depth = (cv2.imread(str(path), cv2.IMREAD_UNCHANGED) if depth_suffix == ".png"
                  else np.load(path))
-        assert depth.shape == (126, 224), path
+        assert depth.shape == (70, 112), path
+        assert depth.dtype == (np.uint16 if depth_suffix == ".png" else np.float32)
     xyz, rgb = read_ply(out / "map.ply")
     assert len(xyz) > 0 and np.isfinite(xyz).all()
 
 
 @pytest.mark.slow
-def test_offline_loop_jpg(tmp_path, capsys):
-    out = run_offline(tmp_path, SHARED / "data" / "loop_jpg", "--rate-hz", "5")
+def test_offline_loop_jpg(tmp_path, capsys, shared_dir, fixture_dir):
+    out = run_offline(tmp_path, fixture_dir, shared_dir / "data" / "loop_jpg", "--rate-hz", "5")
     check_outputs(out, 0.2 * np.arange(12))
     captured = capsys.readouterr()
     assert "frame 12/12" in captured.err
@@ -113,27 +118,23 @@ def test_offline_loop_jpg(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_offline_courthouse_bag_npy_keyframe_interval(tmp_path, capsys):
-    out = run_offline(tmp_path, SHARED / "data" / "courthouse_bag", "--depth-format", "npy",
-                      "--keyframe-interval", "2")
+def test_offline_courthouse_bag_npy_keyframe_interval(tmp_path, capsys, shared_dir, fixture_dir):
+    out = run_offline(tmp_path, fixture_dir, shared_dir / "data" / "courthouse_bag",
+                      "--depth-format", "npy", "--keyframe-interval", "2")
     check_outputs(out, 1_700_000_000 + 0.1 * np.arange(12), depth_suffix=".npy")
     # 3 scale frames, then streamed frames 3..11 with every 2nd a keyframe: 3, 5, 7, 9, 11.
     assert "frames: 12 (8 keyframes)" in capsys.readouterr().out
 
 
 def test_offline_refuses_without_checkpoint(tmp_path, capsys):
-    from lingbot_ros.tools.offline import main
-
     with pytest.raises(SystemExit) as exit_info:
         main(["--input", "synthetic:64x48:2", "--output", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "--random-weights" in capsys.readouterr().err
 
 
-def test_offline_random_weights_warns(tmp_path, capsys):
-    from lingbot_ros.tools.offline import main
-
-    code = main(["--config", str(needs(FIXTURE / "config.json")), "--random-weights",
+def test_offline_random_weights_warns(tmp_path, capsys, fixture_dir):
+    code = main(["--config", str(fixture_dir / "config.json"), "--random-weights",
                  "--input", "synthetic:112x84:3", "--output", str(tmp_path), "--device", "cpu",
                  "--num-scale-frames", "2", "--image-width", "112", "--min-confidence", "1.0"])
     assert code == 0
@@ -142,17 +143,47 @@ def test_offline_random_weights_warns(tmp_path, capsys):
 
 
 def test_offline_reports_bad_input(tmp_path, capsys):
-    from lingbot_ros.tools.offline import main
-
-    code = main(["--config", str(needs(FIXTURE / "config.json")), "--random-weights",
+    code = main(["--config", "tiny", "--random-weights",
                  "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")])
     assert code == 1
     assert "does not exist" in capsys.readouterr().err
 
 
 def test_offline_endless_source_needs_max_frames(tmp_path, capsys):
-    from lingbot_ros.tools.offline import main
-
     code = main(["--random-weights", "--input", "synthetic", "--output", str(tmp_path)])
     assert code == 1
     assert "pass --max-frames" in capsys.readouterr().err
+
+
+def test_offline_short_sequence_closes_scale_phase(tmp_path, fixture_dir):
+    """Fewer frames than --num-scale-frames: phase 1 runs on what arrived (spec 13)."""
+    code = main(["--config", str(fixture_dir / "config.json"),
+                 "--checkpoint", str(fixture_dir / "ckpt.pt"), "--input", "synthetic:112x84:2",
+                 "--output", str(tmp_path), "--device", "cpu", "--image-width", "112"])
+    assert code == 0
+    assert len(read_tum(tmp_path / "trajectory.tum")) == 2
+
+
+def test_stream_world_points_are_spec_unprojection(fixture_dir):
+    """The stream's world_points (used for the map) equal mapping.depth_to_points (spec 12)."""
+    model = build_model(ModelConfig.from_json(fixture_dir / "config.json"), device="cpu")
+    load_checkpoint(model, fixture_dir / "ckpt.pt")
+    session = StreamingSession(model, StreamSettings(num_scale_frames=2))
+    preprocess = Preprocessor(target_width=112)
+    results = []
+    with torch.inference_mode():
+        for frame in SyntheticSource(112, 84, num_frames=3):
+            results += session.step(preprocess(frame.rgb))
+    assert [r.index for r in results] == [0, 1, 2]
+    for r in results:
+        expected = depth_to_points(r.depth, r.intrinsic, r.extrinsic)
+        torch.testing.assert_close(r.world_points, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("flag,value", [("--voxel-size", "0"), ("--point-stride", "0"),
+                                        ("--max-frames", "0")])
+def test_offline_rejects_bad_numbers(tmp_path, capsys, flag, value):
+    code = main(["--random-weights", "--input", "synthetic:64x48:2", "--output", str(tmp_path),
+                 flag, value])
+    assert code == 1
+    assert f"{flag} must be" in capsys.readouterr().err

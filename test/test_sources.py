@@ -13,14 +13,16 @@ from lingbot_ros.tools.sources import (BagSource, CameraSource, EmptySourceError
                                        UnknownSourceFormatError, UnsupportedEncodingError,
                                        VideoSource, decode_raw_image, open_source)
 
-SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
-
-def shared(name):
-    path = SHARED_DATA / name
-    if not path.exists():
-        pytest.skip(f"shared data {path} is absent (see /work/shared/data/README.md)")
-    return path
+@pytest.fixture
+def shared_data(shared_dir):
+    """Look up a folder of ../shared/data (the real sequences), skipping when it is absent."""
+    def lookup(name: str) -> Path:
+        path = shared_dir / "data" / name
+        if not path.exists():
+            pytest.skip(f"shared data {path} is absent (see ../shared/data/README.md)")
+        return path
+    return lookup
 
 
 def pattern(i, height=24, width=32):
@@ -252,17 +254,17 @@ def test_camera_index_spec_and_missing_device():
 
 # ------------------------------------------------------------------- shared data
 
-def test_shared_loop_jpg_folder():
-    source = open_source(str(shared("loop_jpg")))
+def test_shared_loop_jpg_folder(shared_data):
+    source = open_source(str(shared_data("loop_jpg")))
     assert source.num_frames == 237
     with contextlib.closing(iter(source)) as frames:
         first = next(frames)
     assert first.rgb.shape == (294, 518, 3) and first.stamp_s == 0.0
 
 
-def test_shared_courthouse_bag_matches_jpg_folder():
-    bag = open_source(str(shared("courthouse_bag")))
-    folder = open_source(str(shared("courthouse_jpg")))
+def test_shared_courthouse_bag_matches_jpg_folder(shared_data):
+    bag = open_source(str(shared_data("courthouse_bag")))
+    folder = open_source(str(shared_data("courthouse_jpg")))
     assert bag.topic == "/camera/image_raw/compressed" and bag.num_frames == 286
     with contextlib.closing(iter(bag)) as bag_frames, \
             contextlib.closing(iter(folder)) as folder_frames:

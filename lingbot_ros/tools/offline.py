@@ -19,6 +19,10 @@ import torch
 
 from lingbot_ros.mapping import (Trajectory, VoxelMap, VoxelRangeError, image_to_rgb_uint8,
                                  select_points, write_ply, write_tum)
+from lingbot_ros.model import (CheckpointError, ConfigError, ModelConfig, build_model,
+                               load_checkpoint)
+from lingbot_ros.stream import (FrameError, ImageError, Preprocessor, SettingsError,
+                                StreamingSession, StreamSettings)
 from lingbot_ros.tools.sources import SourceError, open_source
 
 DEPTH_PNG_MAX_M = 65.535  # uint16 millimetres
@@ -29,64 +33,75 @@ class OfflineError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lingbot_ros.stream import StreamSettings
-
     stream_defaults = StreamSettings()
     parser = argparse.ArgumentParser(
         prog="lingbot-ros-offline",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw', "
-               "camera-to-world in the first camera's OpenCV frame, stamps from the source), "
-               "frames.csv (per frame: index, stamp, keyframe flag, intrinsics fx fy cx cy at "
-               "the model input size, depth file), depth/NNNNNN.png or .npy (depth at the model "
-               "input size, see --depth-format), map.ply (binary PLY, float xyz + uchar rgb). "
-               "Units are the model's: metres up to an unknown scale.")
-    parser.add_argument("--checkpoint", help="model checkpoint (.pt with a 'model' state dict)")
+               "camera-to-world in the model's world frame with OpenCV camera axes, stamps "
+               "from the source); frames.csv (per frame: index, stamp, keyframe flag, "
+               "intrinsics fx fy cx cy at the model input size, depth file); "
+               "depth/NNNNNN.png or .npy (depth at the model input size, see --depth-format); "
+               "map.ply (binary PLY, float xyz + uchar rgb, keyframes' points with confidence "
+               ">= --min-confidence, one per voxel). Units are the model's: metres up to an "
+               "unknown scale.")
+    parser.add_argument("--checkpoint",
+                        help="model checkpoint (.pt: a state dict or {'model': state dict})")
     parser.add_argument("--random-weights", action="store_true",
-                        help="allow running without --checkpoint (random weights: output is "
-                             "NOT a map; for plumbing tests only)")
+                        help="allow running without --checkpoint (random weights: the output "
+                             "is NOT a map; for plumbing tests only)")
     parser.add_argument("--config", default="lingbot-map",
                         help="model preset name, or a JSON file with an 'arch' object or the "
-                             "arch fields themselves (spec 16.2)")
+                             "arch fields themselves (spec 16.2); default %(default)s")
     parser.add_argument("--input", required=True,
                         help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
                              "camera index or 'synthetic[:WxH[:N]]'")
     parser.add_argument("--output", required=True, type=Path, help="output directory (created)")
     parser.add_argument("--topic", help="image topic of a bag (default: its first image topic)")
     parser.add_argument("--rate-hz", type=float,
-                        help="stamp rate for folders/synthetic (default 10 Hz); overrides a "
-                             "video's frame rate")
+                        help="stamp rate for folders and synthetic input (default 10 Hz); "
+                             "overrides a video's own frame rate")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="torch device")
+                        help="torch device (default %(default)s)")
     parser.add_argument("--max-frames", type=int, help="stop after this many frames")
     parser.add_argument("--image-width", type=int, default=518,
-                        help="model input width in pixels (multiple of 14; spec 3 uses 518)")
+                        help="model input width in pixels, a multiple of 14 (default "
+                             "%(default)s as in spec 3; smaller is faster)")
+    parser.add_argument("--exact-resize", action="store_true",
+                        help="resize with PIL bicubic on the CPU exactly as the upstream demo "
+                             "(default: antialiased bicubic on --device, faster)")
     parser.add_argument("--num-scale-frames", type=int, default=stream_defaults.num_scale_frames,
-                        help="frames buffered and run together at the start (phase 1)")
+                        help="frames buffered and run together at the start, phase 1 "
+                             "(default %(default)s)")
     parser.add_argument("--keyframe-interval", type=int,
                         default=stream_defaults.keyframe_interval,
-                        help="every K-th streamed frame is a keyframe (stored in the cache and "
-                             "added to the map)")
+                        help="every K-th streamed frame is a keyframe, stored in the cache and "
+                             "added to the map (default %(default)s)")
     parser.add_argument("--camera-iterations", type=int,
                         default=stream_defaults.camera_num_iterations,
-                        help="camera head refinement iterations")
+                        help="camera head refinement iterations (default %(default)s)")
     parser.add_argument("--window", type=int, default=stream_defaults.sliding_window,
-                        help="sliding window of keyframes kept in the attention cache")
+                        help="sliding window of keyframes kept in the attention cache "
+                             "(default %(default)s)")
     parser.add_argument("--scale-frames", type=int, default=stream_defaults.scale_frames,
-                        help="anchor frames kept in the attention cache for good")
+                        help="anchor frames kept in the attention cache for good "
+                             "(default %(default)s)")
     parser.add_argument("--voxel-size", type=float, default=0.01,
-                        help="map voxel size in model units (metres up to scale)")
+                        help="map voxel size in model units, metres up to scale "
+                             "(default %(default)s)")
     parser.add_argument("--max-map-points", type=int, default=5_000_000,
-                        help="map size bound; the least recently updated voxels are dropped")
+                        help="map size bound; the least recently updated voxels are dropped "
+                             "(default %(default)s)")
     parser.add_argument("--min-confidence", type=float, default=1.5,
-                        help="keep map points with depth confidence >= this (confidence >= 1)")
+                        help="keep map points whose depth confidence (>= 1) is at least this "
+                             "(default %(default)s, as the upstream viewer)")
     parser.add_argument("--point-stride", type=int, default=1,
-                        help="use every N-th pixel in each image axis for the map")
+                        help="use every N-th pixel in each image axis for the map "
+                             "(default %(default)s)")
     parser.add_argument("--depth-format", choices=("png16", "npy"), default="png16",
                         help="png16: 16-bit PNG, depth in millimetres of the model's unit, "
                              f"clipped to {DEPTH_PNG_MAX_M} (0 = below 0.5 mm); npy: float32 "
-                             "[H, W] in model units")
+                             "[H, W] in model units (default %(default)s)")
     return parser
 
 
@@ -96,11 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoint is None and not args.random_weights:
         parser.error("--checkpoint is required (pass --random-weights to run untrained weights "
                      "for a plumbing test; the output is then not a map)")
-    from lingbot_ros.model import CheckpointError, ConfigError
-
     try:
         summary = run(args)
-    except (OfflineError, SourceError, ConfigError, CheckpointError, VoxelRangeError) as err:
+    except (OfflineError, SourceError, ConfigError, CheckpointError, SettingsError, ImageError,
+            FrameError, VoxelRangeError) as err:
         print(f"lingbot-ros-offline: error: {err}", file=sys.stderr)
         return 1
     print(summary)
@@ -108,8 +122,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_model(args: argparse.Namespace):
-    from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
-
     if args.config.endswith(".json") or Path(args.config).is_file():
         config = ModelConfig.from_json(args.config)
     else:
@@ -126,10 +138,13 @@ def load_model(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> str:
     """Process the whole input; returns the summary text."""
-    from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
-
-    if args.max_frames is not None and args.max_frames < 1:
-        raise OfflineError(f"--max-frames must be >= 1, got {args.max_frames}")
+    for flag, value, low in (("--max-frames", args.max_frames, 1),
+                             ("--max-map-points", args.max_map_points, 1),
+                             ("--point-stride", args.point_stride, 1)):
+        if value is not None and value < low:
+            raise OfflineError(f"{flag} must be >= {low}, got {value}")
+    if not args.voxel_size > 0:
+        raise OfflineError(f"--voxel-size must be > 0, got {args.voxel_size}")
     source = open_source(args.input, rate_hz=args.rate_hz, topic=args.topic)
     total = source.num_frames
     if args.max_frames is not None:
@@ -138,14 +153,13 @@ def run(args: argparse.Namespace) -> str:
         raise OfflineError(f"{source.description} has no end; pass --max-frames")
 
     model = load_model(args)
-    # Spec 13: phase 1 takes min(num_scale_frames, S) frames; a shorter sequence would otherwise
-    # end while still buffering and produce nothing.
     settings = StreamSettings(
-        num_scale_frames=min(args.num_scale_frames, total),
-        keyframe_interval=args.keyframe_interval, camera_num_iterations=args.camera_iterations,
-        sliding_window=args.window, scale_frames=args.scale_frames)
+        num_scale_frames=args.num_scale_frames, keyframe_interval=args.keyframe_interval,
+        camera_num_iterations=args.camera_iterations, sliding_window=args.window,
+        scale_frames=args.scale_frames)
     session = StreamingSession(model, settings)
-    preprocess = Preprocessor(target_width=args.image_width, device=model.device)
+    preprocess = Preprocessor(target_width=args.image_width, device=model.device,
+                              exact=args.exact_resize)
 
     writer = OutputWriter(args.output, args.depth_format, VoxelMap(args.voxel_size,
                                                                    args.max_map_points),
@@ -162,6 +176,11 @@ def run(args: argparse.Namespace) -> str:
             for result in results:
                 writer.add(result, stamps_s[result.index])
             progress.update(len(stamps_s))
+    # A sequence shorter than --num-scale-frames ends while phase 1 is still buffering (spec 13:
+    # phase 1 takes min(num_scale_frames, S) frames).
+    with torch.inference_mode():
+        for result in session.close_scale_phase():
+            writer.add(result, stamps_s[result.index])
     progress.finish()
     if writer.num_frames != len(stamps_s):
         raise OfflineError(f"the input ended after {len(stamps_s)} frames but only "
@@ -247,6 +266,8 @@ class Progress:
                   file=sys.stderr, flush=True)
 
     def finish(self) -> None:
+        """Stop the clock (the summary's FPS counts all work up to here) and end the line."""
+        self.elapsed_s = time.perf_counter() - self.start
         if self.tty:
             print(file=sys.stderr)
 

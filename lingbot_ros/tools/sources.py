@@ -73,7 +73,7 @@ def decode_image_bytes(data: bytes, what: str) -> np.ndarray:
         rgba = image.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         image = Image.alpha_composite(white, rgba)
-    return np.asarray(image.convert("RGB"))
+    return np.array(image.convert("RGB"))  # a writable copy: consumers may wrap it in torch
 
 
 class FolderSource:
