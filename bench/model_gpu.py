@@ -1,0 +1,144 @@
+"""Model benchmark: bf16-vs-float32 error on the same weights, then streaming speed and memory.
+
+    python bench/model_gpu.py                                   # released architecture, 518x378, 100 frames
+    python bench/model_gpu.py --preset tiny --frames 5          # CPU smoke test
+
+Weights are random (``--checkpoint`` loads real ones). Frames are synthetic smooth images. Frame
+time is wall time of one ``session.step`` with a device sync, over the phase-2 frames after
+``--warmup`` untimed ones. Prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lingbot_ros.model import ModelConfig, build_model, load_checkpoint  # noqa: E402
+from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+
+
+def synthetic_frames(n: int, height: int, width: int, device) -> torch.Tensor:
+    """Smooth moving colour gradients in [0.05, 0.95]: never constant, never zero."""
+    y = torch.linspace(0, 1, height, device=device)[:, None]
+    x = torch.linspace(0, 1, width, device=device)[None, :]
+    frames = []
+    for i in range(n):
+        t = i / 10
+        chans = [torch.sin(6 * x + 4 * y + t + c) * torch.cos(3 * y - 2 * x + 0.5 * t * c) for c in range(3)]
+        frames.append(0.5 + 0.45 * torch.stack(chans))
+    return torch.stack(frames)                                                     # [n, 3, H, W]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run(model, settings, frames, device, warmup=0):
+    """Stream all frames; returns (results, per-frame seconds of the timed phase-2 frames)."""
+    session = StreamingSession(model, settings)
+    results, times = [], []
+    for i, frame in enumerate(frames):
+        sync(device)
+        start = time.perf_counter()
+        out = session.step(frame)
+        sync(device)
+        if i >= settings.num_scale_frames + warmup:
+            times.append(time.perf_counter() - start)
+        results += out
+    return results, times
+
+
+def relative_error(a, b, key):
+    x = torch.stack([getattr(r, key) for r in a]).double()
+    y = torch.stack([getattr(r, key) for r in b]).double()
+    return ((x - y).norm() / y.norm()).item(), ((x - y).abs().amax() / y.abs().amax()).item()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="lingbot-map", help="model preset (lingbot-map, tiny)")
+    p.add_argument("--checkpoint", default=None, help="load these weights instead of random ones")
+    p.add_argument("--frames", type=int, default=100, help="frames streamed for the speed run")
+    p.add_argument("--compare-frames", type=int, default=24,
+                   help="frames for the bf16 vs float32 run (at most --frames)")
+    p.add_argument("--width", type=int, default=518, help="input width (multiple of 14)")
+    p.add_argument("--height", type=int, default=378, help="input height (multiple of 14)")
+    p.add_argument("--num-scale-frames", type=int, default=8, help="phase-1 batch size")
+    p.add_argument("--sliding-window", type=int, default=64, help="kv_cache.sliding_window")
+    p.add_argument("--scale-frames", type=int, default=8, help="kv_cache.scale_frames (anchors)")
+    p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
+    p.add_argument("--warmup", type=int, default=3, help="untimed phase-2 frames before timing")
+    p.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    args = p.parse_args(argv)
+
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    cfg = ModelConfig.preset(args.preset)
+    t0 = time.perf_counter()
+    model = build_model(cfg, device=device)
+    if args.checkpoint:
+        load_checkpoint(model, args.checkpoint)
+    build_s = time.perf_counter() - t0
+    # Short runs (smoke tests) shrink phase 1 and the warm-up so that some phase-2 frames get timed.
+    n_scale = max(1, min(args.num_scale_frames, args.frames // 2))
+    warmup = max(0, min(args.warmup, args.frames - n_scale - 2))
+    base = dict(num_scale_frames=n_scale, sliding_window=args.sliding_window,
+                scale_frames=args.scale_frames, attention_backend=args.backend)
+    low = "auto" if device.type == "cuda" else "bfloat16"   # auto = bf16 mixed precision on CUDA
+
+    # 1) Same weights, same frames: mixed precision against float32.
+    n_cmp = max(min(args.compare_frames, args.frames), n_scale + 1)
+    frames = synthetic_frames(n_cmp, args.height, args.width, device)
+    ref, _ = run(model, StreamSettings(dtype="float32", **base), frames, device)
+    mixed, _ = run(model, StreamSettings(dtype=low, **base), frames, device)
+    err = {k: relative_error(mixed, ref, k) for k in ("pose_enc", "depth", "depth_conf", "world_points")}
+    del ref, mixed, frames
+
+    # 2) Speed and memory in the default (deployment) precision.
+    frames = synthetic_frames(args.frames, args.height, args.width, device)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    _, times = run(model, StreamSettings(dtype=low, **base), frames, device, warmup=warmup)
+    times_ms = sorted(t * 1e3 for t in times) or [float("nan")]
+    p90 = times_ms[min(len(times_ms) - 1, math.ceil(0.9 * len(times_ms)) - 1)]
+    if device.type == "cuda":
+        peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB (allocated)"
+        name = torch.cuda.get_device_name(device)
+    else:
+        peak = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (process RSS)"
+        name = f"CPU, {torch.get_num_threads()} threads"
+
+    P = cfg.num_special_tokens + (args.height // cfg.patch_size) * (args.width // cfg.patch_size)
+    rows = [
+        ("device", name), ("torch", torch.__version__),
+        ("model", f"{cfg.name} ({sum(p.numel() for p in model.parameters()):,} params, "
+                  f"{'checkpoint' if args.checkpoint else 'random weights'}, built in {build_s:.1f} s)"),
+        ("input", f"{args.width}x{args.height} ({P} tokens/frame)"),
+        ("cache", f"anchors {args.scale_frames} + window {args.sliding_window}, backend {args.backend}, "
+                  f"phase 1 = {base['num_scale_frames']} frames"),
+        (f"rel. error {low} vs float32 ({n_cmp} frames)",
+         ", ".join(f"{k} {e[0]:.2e} (max {e[1]:.2e})" for k, e in err.items())),
+        (f"frame time, {len(times)} timed frames", f"median {statistics.median(times_ms):.1f} ms, "
+                                                    f"p90 {p90:.1f} ms, {1e3 / statistics.median(times_ms):.1f} FPS"),
+        ("peak memory", peak),
+    ]
+    print("| metric | value |\n| --- | --- |")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    print(f"\nrelative error = ||a - b|| / ||b|| over all frames; max = max|a - b| / max|b|. "
+          f"Command: python bench/model_gpu.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
