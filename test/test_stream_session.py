@@ -201,3 +201,10 @@ def test_bad_frames_are_refused(model, frames):
         session.step(torch.rand(3, 42, 42))
     session.reset()
     assert session.step(torch.rand(3, 42, 42)) == []
+
+
+def test_deferral_never_changes_outputs_even_past_its_budget(model, frames):
+    # Window 3 + 2 anchors: 11 evictions in 16 frames, more than the cache's deferral budget (8),
+    # so the session has to flush on its own.
+    deferred = run(StreamingSession(model, small(defer_evictions=True)), frames)
+    assert_same(deferred, run(StreamingSession(model, small()), frames), atol=0)

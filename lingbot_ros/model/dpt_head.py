@@ -83,6 +83,13 @@ class DPTHead(nn.Module):
             nn.Conv2d(oc[3], oc[3], 3, stride=2, padding=1),     # x1/2
         ])
         self.scratch = Scratch(f, oc)
+        self._pe: dict = {}       # positional embeddings depend only on sizes: build once per stream size
+
+    def _position_embedding(self, channels: int, rows: int, cols: int, aspect: float, device) -> torch.Tensor:
+        key = (channels, rows, cols, aspect, str(device))
+        if key not in self._pe:
+            self._pe[key] = position_embedding(channels, rows, cols, aspect, device)
+        return self._pe[key]
 
     def forward(self, outputs: list[torch.Tensor], H: int, W: int):
         """outputs: 4 x [S, P, 2C] -> depth [S, H, W, 1], depth_conf [S, H, W]."""
@@ -94,7 +101,7 @@ class DPTHead(nn.Module):
             t = self.norm(out[:, self.num_special:])                          # [S, N, 2C]
             t = t.transpose(1, 2).reshape(S, -1, h, w)                        # [S, 2C, h, w]
             t = self.projects[i](t)
-            t = t + 0.1 * position_embedding(t.shape[1], h, w, aspect, t.device)
+            t = t + 0.1 * self._position_embedding(t.shape[1], h, w, aspect, t.device)
             t = self.resize_layers[i](t)
             levels.append(getattr(self.scratch, f"layer{i + 1}_rn")(t))
         sc = self.scratch
@@ -103,6 +110,6 @@ class DPTHead(nn.Module):
         z = sc.refinenet2(z, levels[1], levels[0].shape[-2:])
         z = sc.refinenet1(z, levels[0], (2 * z.shape[-2], 2 * z.shape[-1]))
         z = _interp(sc.output_conv1(z), (H, W))
-        z = z + 0.1 * position_embedding(z.shape[1], H, W, aspect, z.device)
+        z = z + 0.1 * self._position_embedding(z.shape[1], H, W, aspect, z.device)
         z = sc.output_conv2(z)                                                # [S, 2, H, W]
         return z[:, 0, :, :, None].exp(), 1 + z[:, 1].exp()
