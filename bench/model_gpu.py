@@ -98,7 +98,11 @@ def main(argv=None) -> int:
     # 1) Same weights, same frames: mixed precision against float32.
     n_cmp = max(min(args.compare_frames, args.frames), n_scale + 1)
     frames = synthetic_frames(n_cmp, args.height, args.width, device)
+    # A true float32 reference: cuDNN would otherwise run the fp32 head convolutions in TF32.
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     ref, _ = run(model, StreamSettings(dtype="float32", **base), frames, device)
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     mixed, _ = run(model, StreamSettings(dtype=low, **base), frames, device)
     err = {k: relative_error(mixed, ref, k) for k in ("pose_enc", "depth", "depth_conf", "world_points")}
     del ref, mixed, frames
