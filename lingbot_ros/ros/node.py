@@ -60,9 +60,12 @@ class MapNode(LifecycleNode):
         self.inbox: FrameInbox | None = None
         self.counters = Counters()
         self._pubs: dict = {}
-        self._services: list = []
-        self._subscriptions: list = []
-        self._timers: list = []
+        # Not _services/_subscriptions/_timers: rclpy.Node owns those names (the lists its executor
+        # waits on, lifecycle and parameter services included); replacing them silenced
+        # get_state/change_state after configure.
+        self._own_services: list = []
+        self._input_subscriptions: list = []
+        self._own_timers: list = []
         self._tf = None
         self._path: collections.deque = collections.deque()
         self._cache = CacheNumbers()
@@ -110,10 +113,10 @@ class MapNode(LifecycleNode):
         self.inbox = FrameInbox(cfg.process_all_frames, cfg.queue_size)
         self.worker = Worker(self.inbox, self._handle_frame)
         self.worker.start()
-        self._timers = [self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer,
+        self._own_timers = [self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer,
                                           callback_group=self._timer_group)]
         if cfg.map_publish_period_s > 0:
-            self._timers.append(self.create_timer(cfg.map_publish_period_s, self._on_map_timer,
+            self._own_timers.append(self.create_timer(cfg.map_publish_period_s, self._on_map_timer,
                                                   callback_group=self._timer_group))
         self._tf, why = make_tf_output(self, cfg)
         if self._tf is None and cfg.tf_mode != "none":
@@ -138,9 +141,9 @@ class MapNode(LifecycleNode):
 
     def on_deactivate(self, state: State) -> TransitionCallbackReturn:
         """SUCCESS -> inactive: no subscriptions, publishers silent, model kept."""
-        for subscription in self._subscriptions:
+        for subscription in self._input_subscriptions:
             self.destroy_subscription(subscription)
-        self._subscriptions = []
+        self._input_subscriptions = []
         self.inbox.close()   # releases an image callback blocked on a full queue
         self.counters.add("dropped", self.inbox.clear())
         return super().on_deactivate(state)
@@ -155,14 +158,14 @@ class MapNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
-        for subscription in self._subscriptions:
+        for subscription in self._input_subscriptions:
             self.destroy_subscription(subscription)
-        self._subscriptions = []
+        self._input_subscriptions = []
         if self.worker is not None and not self.worker.stop(timeout=30.0):
             self.get_logger().error("the worker did not stop within 30 s (a model step is stuck)")
-        for timer in self._timers:
+        for timer in self._own_timers:
             self.destroy_timer(timer)
-        for service in self._services:
+        for service in self._own_services:
             self.destroy_service(service)
         for publisher in self._pubs.values():
             if isinstance(publisher, LifecyclePublisher):
@@ -171,7 +174,7 @@ class MapNode(LifecycleNode):
                 self.destroy_publisher(publisher)
         if self._tf is not None:
             self._tf.destroy()
-        self._timers, self._services, self._pubs, self._tf = [], [], {}, None
+        self._own_timers, self._own_services, self._pubs, self._tf = [], [], {}, None
         device = self.loaded.device if self.loaded else "cpu"
         self.worker = self.inbox = self.tracker = self.loaded = None
         gc.collect()
@@ -202,7 +205,7 @@ class MapNode(LifecycleNode):
     def _create_services(self) -> None:
         group = self._service_group
         make = self.create_service
-        self._services = [
+        self._own_services = [
             make(Trigger, "~/reset", self._service(self._do_reset), callback_group=group),
             make(Trigger, "~/rollback_last_frame", self._service(self._do_rollback),
                  callback_group=group),
@@ -210,9 +213,9 @@ class MapNode(LifecycleNode):
                  callback_group=group),
         ]
         if SaveMap is not None:
-            self._services.append(make(SaveMap, "~/save_map", self._on_save_map, callback_group=group))
+            self._own_services.append(make(SaveMap, "~/save_map", self._on_save_map, callback_group=group))
         else:
-            self._services.append(make(Trigger, "~/save_map", self._service(
+            self._own_services.append(make(Trigger, "~/save_map", self._service(
                 lambda: self._do_save_map("")["message"]), callback_group=group))
 
     def _image_topic(self) -> str:
@@ -221,14 +224,14 @@ class MapNode(LifecycleNode):
     def _subscribe(self) -> None:
         qos = input_qos(self.cfg.image_qos, self.cfg.image_qos_depth)
         if self.cfg.image_transport == "compressed":
-            self._subscriptions.append(self.create_subscription(
+            self._input_subscriptions.append(self.create_subscription(
                 CompressedImage, "~/image/compressed", self._on_compressed, qos,
                 callback_group=self._image_group))
         else:
-            self._subscriptions.append(self.create_subscription(
+            self._input_subscriptions.append(self.create_subscription(
                 Image, "~/image", self._on_image, qos, callback_group=self._image_group))
         if self.cfg.use_camera_info:
-            self._subscriptions.append(self.create_subscription(
+            self._input_subscriptions.append(self.create_subscription(
                 CameraInfo, "~/camera_info", self._on_camera_info,
                 input_qos(self.cfg.camera_info_qos, self.cfg.camera_info_qos_depth),
                 callback_group=self._image_group))
