@@ -69,7 +69,9 @@ class StreamingSession:
         """Undo the newest stored phase-2 frame everywhere (or drop the newest buffered frame).
 
         The next frame then gives the outputs it would have given had the rolled-back frame never
-        arrived (exactly so with defer_evictions on). Phase-1 frames cannot be rolled back: their
+        arrived (exactly so with defer_evictions on; without deferral, evictions the frame caused
+        are final). The frame counter steps back too, so frame numbers and the keyframe-interval
+        rule continue as if the frame never came. Phase-1 frames cannot be rolled back: their
         outputs were computed together; reset() instead.
         """
         if self._buffer:
@@ -104,7 +106,6 @@ class StreamingSession:
             "frames_seen": self._frames_seen,
             "frames_stored": self._stored,
             "frames_buffered": len(self._buffer),
-            "time_index": self._stored,
             "camera_cache_frames": self._camera.length,
             "camera_cache_bytes": self._camera.nbytes(),
             "kv_cache": self._cache.stats() if self._cache is not None else None,
