@@ -1,0 +1,168 @@
+"""Streaming frame-time benchmark of the released architecture on one GPU (issue: real time on an H200).
+
+Random weights (speed and memory only), a synthetic smooth 518x378 image sequence already on the
+GPU, the session's default dtype policy (bf16 aggregator + KV cache, fp32 heads).
+
+    python bench/stream_gpu.py                      # the full table: 2,000 frames + variants
+    python bench/stream_gpu.py --frames 300 --variant-frames 200 --no-write
+    python bench/stream_gpu.py --preset tiny --frames 20 --variant-frames 10 --device cpu --no-write  # smoke
+
+Frame time = from handing the image tensor to ``StreamingSession.step`` until pose and depth are
+ready (a device sync), so it includes the host work. Prints a markdown table and, unless
+``--no-write``, appends it with the date, the command and the machine to bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
+
+from lingbot_ros.model import ModelConfig, build_model  # noqa: E402
+from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+
+
+def synthetic_frames(n: int, height: int, width: int, device: str) -> torch.Tensor:
+    """A smooth moving colour pattern, never all zeros: [n, 3, H, W] in [0, 1]."""
+    ys = torch.linspace(0, 1, height, device=device).view(height, 1)
+    xs = torch.linspace(0, 1, width, device=device).view(1, width)
+    t = torch.arange(n, device=device, dtype=torch.float32).view(n, 1, 1, 1) * 0.05
+    base = torch.stack([torch.sin(6 * xs + 2 * ys), torch.cos(5 * ys - 3 * xs), torch.sin(4 * (xs + ys))], 0)
+    return (0.5 + 0.4 * torch.sin(base.unsqueeze(0) * 3 + t)).clamp(0, 1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_variant(model, name: str, settings: StreamSettings, frames: int, pattern: str, device: str,
+                height: int, width: int) -> dict:
+    """Stream ``frames`` frames; returns per-frame times (ms) and memory readings."""
+    session = StreamingSession(model, settings)
+    images = synthetic_frames(min(frames, 64), height, width, device)
+    times_ms: list[float] = []
+    mem_at: dict[int, int] = {}
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    warm_start = time.perf_counter()
+    warmup_s = None
+    for i in range(frames):
+        img = images[i % images.shape[0]]
+        sync(device)
+        t0 = time.perf_counter()
+        if pattern == "motion":
+            # The node's motion policy: every frame stored with deferred eviction, then either
+            # kept (flush) or rolled back; here every third frame is rolled back.
+            results = session.step(img, keyframe=True)
+            if session.stats()["frames_stored"] > settings.num_scale_frames and i % 3 == 2:
+                session.rollback_last_frame()
+            else:
+                session.flush()
+        else:
+            results = session.step(img)
+        for r in results:
+            r.pose_enc, r.depth  # noqa: B018 - the outputs whose readiness we time
+        sync(device)
+        dt = (time.perf_counter() - t0) * 1e3
+        if warmup_s is None and results:
+            warmup_s = time.perf_counter() - warm_start
+        if i >= settings.num_scale_frames:
+            times_ms.append(dt)
+        if device.startswith("cuda") and i + 1 in (100, frames):
+            mem_at[i + 1] = torch.cuda.memory_allocated()
+    stats = session.stats()["kv_cache"]
+    out = {"name": name, "times": times_ms, "warmup_s": warmup_s or 0.0, "mem_at": mem_at, "stats": stats,
+           "peak": torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0,
+           "reserved": torch.cuda.memory_reserved() if device.startswith("cuda") else 0}
+    del session
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return out
+
+
+def segment_medians(times: list[float], edges: list[int]) -> str:
+    parts = []
+    for lo, hi in zip(edges, edges[1:]):
+        seg = times[lo:hi]
+        if seg:
+            parts.append(f"{lo}-{hi}: {statistics.median(seg):.1f}")
+    return "; ".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="lingbot-map", help="model preset (default: the released architecture)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--frames", type=int, default=2000, help="frames of the main run")
+    ap.add_argument("--variant-frames", type=int, default=400, help="frames of each variant run")
+    ap.add_argument("--height", type=int, default=378)
+    ap.add_argument("--width", type=int, default=518)
+    ap.add_argument("--dtype", default="auto", help="session dtype policy: auto (bf16 on CUDA) or float32")
+    ap.add_argument("--backend", default="auto", help="global attention backend: auto, torch or flashinfer")
+    ap.add_argument("--no-write", action="store_true", help="do not append the table to bench/README.md")
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    model = build_model(ModelConfig.preset(args.preset), device=args.device)
+    build_s = time.perf_counter() - t0
+    base = dict(num_scale_frames=8, keyframe_interval=1, camera_num_iterations=4, sliding_window=64,
+                scale_frames=8, dtype=args.dtype, attention_backend=args.backend)
+    variants = [
+        ("default", StreamSettings(**base), args.frames, "plain"),
+        ("keyframe interval 4", StreamSettings(**{**base, "keyframe_interval": 4}), args.variant_frames, "plain"),
+        ("1 camera iteration", StreamSettings(**{**base, "camera_num_iterations": 1}), args.variant_frames, "plain"),
+        ("deferred eviction + rollback", StreamSettings(**{**base, "defer_evictions": True}), args.variant_frames,
+         "motion"),
+    ]
+    rows = []
+    for name, settings, frames, pattern in variants:
+        print(f"running {name}: {frames} frames", file=sys.stderr, flush=True)
+        rows.append(run_variant(model, name, settings, frames, pattern, args.device, args.height, args.width))
+
+    gib = 1024 ** 3
+    lines = ["| run | frames | median ms | p99 ms | p99/median | FPS | warm-up s | per-segment medians (ms) |"
+             " allocated GiB (f100 / end) | peak GiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        t = r["times"]
+        med, p99 = statistics.median(t), percentile(t, 99)
+        edges = [0, 100, 500, 1000, 1500, 2000] if len(t) > 500 else [0, 100, len(t)]
+        mem = " / ".join(f"{v / gib:.2f}" for v in r["mem_at"].values()) or "-"
+        lines.append(f"| {r['name']} | {len(t)} | {med:.1f} | {p99:.1f} | {p99 / med:.2f} | {1e3 / med:.1f} | "
+                     f"{r['warmup_s']:.1f} | {segment_medians(t, edges)} | {mem} | {r['peak'] / gib:.2f} |")
+    main_run = rows[0]
+    st = main_run["stats"]
+    lines.append("")
+    lines.append(f"Model build {build_s:.1f} s. Cache at the end of the main run: {st}.")
+    if len(main_run["mem_at"]) == 2:
+        (f_a, m_a), (f_b, m_b) = list(main_run["mem_at"].items())
+        lines.append(f"Allocated-memory growth from frame {f_a} to {f_b}: "
+                     f"{(m_b - m_a) / max(1, f_b - f_a) / 1024:.1f} KiB per frame.")
+    table = "\n".join(lines)
+    print(table)
+    if not args.no_write:
+        dev = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
+        with open(Path(__file__).with_name("README.md"), "a") as fh:
+            fh.write(f"\n### stream_gpu.py, {datetime.date.today()}, {dev}, torch {torch.__version__}\n\n"
+                     f"`python bench/stream_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"
+                     f"{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
