@@ -1,0 +1,314 @@
+"""cache/: one mechanism at a time (spec, page pool, patch stream, special stream, cache)."""
+import pytest
+import torch
+
+from lingbot_ros.cache import (CacheError, CacheExhausted, CacheSpec, NothingToRollback,
+                               PagedKVCache, SpecialStreamFull)
+from lingbot_ros.cache.page_pool import PagePool
+from lingbot_ros.cache.patch_stream import PatchStream
+from lingbot_ros.cache.special_stream import SpecialStream
+
+
+def tiny_spec(**overrides):
+    fields = dict(num_layers=2, num_heads=2, head_dim=4, tokens_per_frame=5, special_tokens=2,
+                  scale_frames=1, sliding_window=2, deferred_capacity=1, special_chunk_pages=1,
+                  dtype=torch.float64)
+    fields.update(overrides)
+    return CacheSpec(**fields)
+
+
+def run_step(cache, num_frames=1, store=True, seed=0):
+    """begin_step + attend on every layer with random tensors; returns the outputs."""
+    s = cache.spec
+    g = torch.Generator().manual_seed(seed)
+    shape = (num_frames * s.tokens_per_frame, s.num_heads, s.head_dim)
+    cache.begin_step(num_frames, store=store)
+    return [cache.attend(layer, *(torch.randn(shape, generator=g, dtype=s.dtype) for _ in range(3)))
+            for layer in range(s.num_layers)]
+
+
+# ---- CacheSpec ------------------------------------------------------------------------------
+
+def test_released_sizes_match_the_spec():
+    spec = CacheSpec(num_layers=24, num_heads=16, head_dim=64, tokens_per_frame=1005,
+                     dtype=torch.bfloat16, device="cpu")
+    assert spec.page_bytes == 24 * 1005 * 1024 * 2 * 2          # 98.8 MB per retained frame
+    assert spec.specials_per_evicted_frame * spec.token_bytes == 576 * 1024  # per evicted frame
+    assert spec.layer_page_bytes * 24 == spec.page_bytes
+    assert spec.frame_pages == 8 + 64 + 1 + 8 and spec.scratch_page == spec.frame_pages
+    assert spec.base_pages == spec.patch_pages + 4
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("num_heads", 0, "num_heads must be a positive int"),
+    ("special_tokens", 9, "exceeds tokens_per_frame"),
+    ("scale_frames", -1, "scale_frames must be an int >= 0"),
+    ("camera_only", 1, "camera_only must be a bool"),
+    ("max_special_tokens", -5, "max_special_tokens must be None or an int >= 0"),
+    ("dtype", torch.int32, "floating torch.dtype"),
+])
+def test_spec_rejects_bad_fields_saying_which(field, value, words):
+    with pytest.raises(ValueError, match=words):
+        tiny_spec(**{field: value})
+
+
+def test_spec_normalises_device():
+    assert tiny_spec(device="cpu").device == torch.device("cpu")
+
+
+# ---- PagePool -------------------------------------------------------------------------------
+
+def test_page_pool_accounting_and_reuse_order():
+    pool = PagePool(4)
+    assert pool.allocate(2) == [0, 1] and pool.num_free == 2
+    pool.free([1, 0])
+    assert pool.num_free == 4
+    assert pool.allocate(1) == [0]           # the last page freed is reused first
+    with pytest.raises(CacheExhausted, match="need 4 free pages but only 3 of 4 are free"):
+        pool.allocate(4)
+    assert pool.num_free == 3                # a refused allocation takes nothing
+    pool.reset()
+    assert sorted(pool.free_pages()) == [0, 1, 2, 3]
+
+
+def test_page_pool_catches_double_free():
+    pool = PagePool(2)
+    with pytest.raises(AssertionError, match="freed twice"):
+        pool.free([0])
+
+
+# ---- PatchStream ----------------------------------------------------------------------------
+
+def window_seqs(stream):
+    return [f.seq for f in stream.anchors], [f.seq for f in stream.window]
+
+
+def step(stream, defer=False):
+    """Append one frame (page = its seq) and evict; returns the evicted seqs."""
+    victims = stream.victims(1)
+    stream.append([stream.next_seq])
+    stream.evict(victims, 0, defer)
+    return [f.seq for f in victims]
+
+
+def test_window_eviction_keeps_anchors_and_newest():
+    stream = PatchStream(scale_frames=2, sliding_window=3, include_scale_frames=True)
+    for _ in range(5):                       # frames 0..4: 5 <= A + Wn, nobody leaves
+        assert step(stream) == []
+    assert window_seqs(stream) == ([0, 1], [2, 3, 4])
+    assert step(stream) == [2]               # frame 5: frame 2 leaves (oldest non-anchor)
+    assert step(stream) == [3]               # frame 6: frame 3 leaves
+    assert window_seqs(stream) == ([0, 1], [4, 5, 6])
+
+
+def test_window_without_anchors_drops_them_at_the_first_eviction():
+    stream = PatchStream(scale_frames=2, sliding_window=2, include_scale_frames=False)
+    for _ in range(4):                       # frames 0..3 stored, 0 and 1 are anchors
+        assert step(stream) == []
+    assert step(stream) == [0, 1, 2]         # frame 4: positions [0, 5 - 2) leave
+    assert window_seqs(stream) == ([], [3, 4])
+    assert step(stream) == []                # frame 5: 3 stored <= A + Wn, nobody leaves
+    assert step(stream) == []                # frame 6: 4 stored
+    assert step(stream) == [3, 4, 5]         # frame 7: threshold passed again
+    assert window_seqs(stream) == ([], [6, 7])
+
+
+def test_rollback_undoes_pending_evictions_only():
+    stream = PatchStream(scale_frames=1, sliding_window=1, include_scale_frames=True)
+    for _ in range(2):                       # frames 0 (anchor), 1
+        step(stream)
+    assert step(stream, defer=True) == [1]   # frame 2: frame 1 pending
+    assert stream.pending == [1]
+    assert stream.pop_newest() == (2, 0)     # frame 2 goes, frame 1 comes back
+    assert window_seqs(stream) == ([0], [1]) and stream.pending == []
+    assert step(stream, defer=True) == [1]   # frame 2 again, frame 1 pending
+    assert stream.take_pending() == [1]      # executed: no longer undoable
+    stream.pop_newest()                      # frame 2 goes, frame 1 stays evicted
+    assert window_seqs(stream) == ([0], []) and stream.next_seq == 2
+
+
+def test_appending_frames_that_would_evict_each_other_is_refused():
+    stream = PatchStream(scale_frames=1, sliding_window=2, include_scale_frames=True)
+    step(stream)
+    with pytest.raises(ValueError, match="append at most sliding_window=2"):
+        stream.victims(3)                    # 4 > A + Wn and the 3 new frames > Wn
+    assert stream.victims(2) == []           # 3 frames: no eviction
+
+
+# ---- SpecialStream --------------------------------------------------------------------------
+
+def test_special_stream_packs_tokens_and_grows_in_chunks():
+    stream = SpecialStream(tokens_per_page=4, first_page=10, chunk_pages=2, max_tokens=None)
+    assert stream.pages_to_grow(8) == 0      # 2 pages allocated
+    assert stream.append(3) == [(10, 0), (10, 1), (10, 2)]
+    assert stream.last_page_len == 3 and stream.visible_pages() == [10]
+    assert stream.append(2) == [(10, 3), (11, 0)]
+    assert stream.pages_to_grow(4) == 2      # 9 tokens need 3 pages: one chunk more
+    assert stream.pages_to_grow(20) == 6     # 25 tokens need 7 pages: three chunks more
+    stream.truncate(2)
+    assert stream.num_tokens == 3 and stream.used_pages == 1
+
+
+def test_special_stream_cap():
+    stream = SpecialStream(tokens_per_page=4, first_page=0, chunk_pages=1, max_tokens=5)
+    stream.check_room(5)
+    with pytest.raises(SpecialStreamFull, match="holds 0 of max_special_tokens=5"):
+        stream.check_room(6)
+
+
+# ---- PagedKVCache ---------------------------------------------------------------------------
+
+def dense_attention(q, keys, values):
+    scores = torch.einsum("thd,shd->hts", q, keys) / q.shape[-1] ** 0.5
+    return torch.einsum("hts,shd->thd", scores.softmax(-1), values)
+
+
+def test_float32_matches_dense_reference():
+    spec = tiny_spec(dtype=torch.float32, num_layers=1, tokens_per_frame=9, special_tokens=6,
+                     scale_frames=2, sliding_window=2)
+    cache = PagedKVCache(spec, backend="torch")
+    g = torch.Generator().manual_seed(1)
+    frames, specials = [], []
+    for _ in range(7):
+        q, k, v = (torch.randn(9, 2, 4, generator=g) for _ in range(3))
+        cache.begin_step(1)
+        frames.append((k, v))
+        if len(frames) > 4:                  # A + Wn passed: the oldest non-anchor leaves
+            gone = frames.pop(2)
+            specials.append((gone[0][:6], gone[1][:6]))
+        out = cache.attend(0, q, k, v)
+        keys = torch.cat([f[0] for f in frames] + [s[0] for s in specials])
+        values = torch.cat([f[1] for f in frames] + [s[1] for s in specials])
+        torch.testing.assert_close(out, dense_attention(q, keys, values), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flags, per_frame", [
+    (dict(), 2), (dict(camera_only=True), 1), (dict(cross_frame_special=False), 0)])
+def test_specials_left_by_each_evicted_frame(flags, per_frame):
+    cache = PagedKVCache(tiny_spec(**flags), backend="torch")
+    for seed in range(6):                    # frames 0..5: frames 1, 2, 3 evicted
+        run_step(cache, seed=seed)
+    assert cache.stats().special_tokens == 3 * per_frame
+
+
+def test_anchors_dropped_without_anchoring_leave_no_specials():
+    cache = PagedKVCache(tiny_spec(include_scale_frames=False), backend="torch")
+    for seed in range(4):                    # frame 3: positions [0, 2) = frames 0 (anchor), 1
+        run_step(cache, seed=seed)
+    assert cache.stats().special_tokens == 2 and cache.num_stored_frames == 2
+
+
+def test_special_stream_growth_keeps_contents():
+    cache = PagedKVCache(tiny_spec(), backend="torch")   # 1 special page of 5 tokens
+    for seed in range(5):                    # frames 3, 4 evict frames 1, 2: 4 tokens
+        run_step(cache, seed=seed)
+    first = cache.spec.patch_pages
+    before = [cache.layer_pool(i)[first].clone() for i in range(2)]
+    run_step(cache, seed=5)                  # frame 5 evicts frame 3: 6 tokens, one more page
+    assert cache.stats().special_pages == 2
+    for layer in range(2):
+        assert torch.equal(cache.layer_pool(layer)[first, :, :4], before[layer][:, :4])
+    cache.reset()                            # back to the first chunk
+    assert cache.stats().special_pages == 1
+    assert cache.layer_pool(0).shape[0] == cache.spec.base_pages
+
+
+def test_cap_refuses_before_any_change():
+    cache = PagedKVCache(tiny_spec(max_special_tokens=3), backend="torch")
+    for seed in range(4):                    # frame 3 evicts frame 1: 2 tokens
+        run_step(cache, seed=seed)
+    before = (cache.stats(), cache.page_census(), cache.step_table)
+    with pytest.raises(SpecialStreamFull, match="max_special_tokens=3"):
+        cache.begin_step(1)                  # frame 4 would evict frame 2: 4 tokens > 3
+    assert (cache.stats(), cache.page_census(), cache.step_table) == before
+
+
+def test_deferred_evictions_beyond_capacity_are_refused_until_flush():
+    cache = PagedKVCache(tiny_spec(deferred_capacity=1), backend="torch")
+    cache.defer_evictions = True
+    for seed in range(4):                    # frame 3 evicts frame 1 (pending)
+        run_step(cache, seed=seed)
+    before = cache.stats()
+    with pytest.raises(CacheExhausted, match="call flush"):
+        cache.begin_step(1)                  # would evict frame 2: 2 pending > 1
+    assert cache.stats() == before
+    assert cache.flush() == 1
+    run_step(cache, seed=9)
+    assert cache.stats().pending_pages == 1
+
+
+def test_non_deferred_step_frees_earlier_pending_pages():
+    cache = PagedKVCache(tiny_spec(), backend="torch")
+    cache.defer_evictions = True
+    for seed in range(4):
+        run_step(cache, seed=seed)
+    assert cache.stats().pending_pages == 1
+    cache.defer_evictions = False
+    run_step(cache, seed=4)
+    assert cache.stats().pending_pages == 0
+    cache.rollback_last_frame()              # executed evictions are not undone
+    assert cache.num_stored_frames == 2
+
+
+def test_non_keyframe_sees_itself_but_is_not_stored():
+    cache = PagedKVCache(tiny_spec(), backend="torch")
+    run_step(cache, seed=0)
+    before = cache.stats()
+    run_step(cache, store=False, seed=1)
+    assert cache.stats() == before
+    table = cache.step_table
+    assert table.host_pages.tolist()[-1] == cache.spec.scratch_page
+    assert table.num_kv_tokens == 2 * cache.spec.tokens_per_frame
+    with pytest.raises(ValueError, match="takes 1 frame"):
+        cache.begin_step(2, store=False)
+
+
+def test_phase_one_step_of_several_frames():
+    cache = PagedKVCache(tiny_spec(), backend="torch")
+    outputs = run_step(cache, num_frames=3)  # A + Wn frames at once
+    assert outputs[0].shape == (15, 2, 4) and cache.num_stored_frames == 3
+    with pytest.raises(ValueError, match="would evict frames of the same step"):
+        cache.begin_step(3)
+
+
+def test_page_shortage_is_refused_with_counts():
+    cache = PagedKVCache(tiny_spec(sliding_window=4, scale_frames=0, deferred_capacity=0),
+                         backend="torch")                # 5 frame pages
+    run_step(cache, num_frames=4)
+    with pytest.raises(CacheExhausted, match="needs 2 pages but 1 are free"):
+        cache.begin_step(2)
+
+
+def test_misuse_errors_say_what_to_do():
+    cache = PagedKVCache(tiny_spec(), backend="torch")
+    with pytest.raises(NothingToRollback, match="no frame is stored"):
+        cache.rollback_last_frame()
+    q = torch.zeros(5, 2, 4, dtype=torch.float64)
+    with pytest.raises(CacheError, match="call begin_step"):
+        cache.attend(0, q, q, q)
+    run_step(cache)
+    cache.flush()
+    with pytest.raises(CacheError, match="call begin_step"):
+        cache.attend(0, q, q, q)             # flush ended the step
+    cache.begin_step(1)
+    with pytest.raises(ValueError, match="expected 5 tokens"):
+        cache.attend(0, q[:4], q[:4], q[:4])
+    with pytest.raises(ValueError, match="num_frames must be a positive int"):
+        cache.begin_step(0)
+
+
+def test_backend_choice():
+    assert PagedKVCache(tiny_spec(), backend="auto").backend == "torch"   # CPU
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        PagedKVCache(tiny_spec(), backend="sdpa")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        PagedKVCache(tiny_spec(), backend="flashinfer")
+
+
+def test_stats_bytes():
+    spec = tiny_spec()
+    cache = PagedKVCache(spec, backend="torch")
+    assert cache.stats().bytes_allocated == spec.base_pages * spec.page_bytes
+    for seed in range(4):                    # 3 stored, 1 evicted (2 specials)
+        run_step(cache, seed=seed)
+    assert cache.stats().bytes_in_use == 3 * spec.page_bytes + 2 * spec.token_bytes
