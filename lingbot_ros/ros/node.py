@@ -386,7 +386,7 @@ class MapNode(LifecycleNode):
             self._pubs["status"].publish(self._status_message())
 
     def _publish_map(self) -> None:
-        xyz, rgb = self.tracker.voxel_map.points()
+        xyz, rgb = self.tracker.map_points()
         stamp = self._last_stamp or self.get_clock().now().to_msg()
         self._pubs["map"].publish(messages.point_cloud(xyz.astype(np.float32), rgb, stamp,
                                                        self.cfg.map_frame))
@@ -434,10 +434,13 @@ class MapNode(LifecycleNode):
 
     def _do_rollback(self) -> str:
         before = self.tracker.cache().keyframes
-        self.tracker.rollback_last_frame()
+        points_removed = self.tracker.rollback_last_frame()
         self._cache = self.tracker.cache()
         self._publish_status()
-        return f"rolled back the newest frame: {before} frames in cache before, {self._cache.keyframes} after"
+        points = ("its points left the map" if points_removed else
+                  "its points were already merged into the map and stay")
+        return (f"rolled back the newest frame: {before} frames in cache before, "
+                f"{self._cache.keyframes} after; {points}")
 
     def _do_flush(self) -> str:
         before = self.tracker.cache()
@@ -453,7 +456,7 @@ class MapNode(LifecycleNode):
         directory = directory or self.cfg.save_directory
         os.makedirs(directory, exist_ok=True)
         ply_path, tum_path = os.path.join(directory, "map.ply"), os.path.join(directory, "trajectory.tum")
-        xyz, rgb = self.tracker.voxel_map.points()
+        xyz, rgb = self.tracker.map_points()
         write_ply(ply_path, xyz, rgb)
         write_tum(tum_path, self.tracker.trajectory)
         num_poses = len(self.tracker.trajectory)

@@ -86,12 +86,19 @@ class Tracker:
         self._last_pose_map: np.ndarray | None = None
         self._untrusted_next = True
         self.model_ms = 0.0
+        # Points of the newest stored keyframe, kept out of the voxel map while that frame can
+        # still be rolled back (~/rollback_last_frame drops them). They are merged once another
+        # keyframe is stored, or before the map is read (save, publish) or the stream restarts.
+        self._unmerged: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- stream control (worker thread only) ------------------------------------------------
 
     def reset(self, reason: str, keep_map: bool = False) -> None:
         """Restart the stream. ``keep_map``: continue the map and trajectory from the last pose."""
         self.session.reset()
+        if keep_map:
+            self._merge_points()
+        self._unmerged = None
         if self.motion is not None:
             self.motion.reset()
         self._pending.clear()
@@ -112,13 +119,30 @@ class Tracker:
         self.state = RESET
         self.state_text = f"reset: {reason}"
 
-    def rollback_last_frame(self) -> None:
-        """Undo the newest stored frame (raises the session's NothingToRollback if none)."""
+    def rollback_last_frame(self) -> bool:
+        """Undo the newest stored frame (raises the session's NothingToRollback if none).
+
+        Returns False when the frame's points had already been merged into the map (a second
+        rollback in a row, or the map was saved or published since): they stay there.
+        """
         self.session.rollback_last_frame()
         if self.state == INITIALISING and self._pending:   # a buffered scale frame was dropped
             self._pending.pop()
             self.init_frames = len(self._pending)
             self.state_text = f"initialising {self.init_frames}/{self.num_scale_frames}"
+            return True                                    # no points yet
+        removed, self._unmerged = self._unmerged is not None, None
+        return removed
+
+    def map_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """The accumulated map (xyz, rgb), newest keyframe included (it is merged for good)."""
+        self._merge_points()
+        return self.voxel_map.points()
+
+    def _merge_points(self) -> None:
+        if self._unmerged is not None:
+            self.voxel_map.insert(*self._unmerged)
+            self._unmerged = None
 
     def flush(self) -> None:
         self.session.flush()
@@ -194,9 +218,10 @@ class Tracker:
             self._untrusted_next = False
             self.trajectory.append(source.stamp_ns / 1e9, pose)
             self._last_pose_map = pose
-            if is_keyframe:
-                self.voxel_map.insert(*frame_points(result, self.cfg.min_confidence,
-                                                    self.cfg.points_stride, self.origin))
+            if is_keyframe:   # the previous keyframe can no longer be rolled back on its own
+                self._merge_points()
+                self._unmerged = frame_points(result, self.cfg.min_confidence,
+                                              self.cfg.points_stride, self.origin)
         self._pending.clear()   # every buffered frame has its result now
         self.init_frames = 0
         self.state = TRACKING
