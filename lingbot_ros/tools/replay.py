@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="publisher QoS (default reliable: matches every subscriber)")
     parser.add_argument("--depth", type=int, default=10, help="publisher history depth")
     parser.add_argument("--wait-for-subscribers", type=float, default=0.0, metavar="S",
-                        help="wait up to S seconds until every topic has a subscriber")
+                        help="wait up to S seconds until every topic (and /clock with --clock) has a subscriber")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
 
@@ -94,7 +94,9 @@ def main(argv=None) -> int:
                 publishers[connection.id] = node.create_publisher(
                     message_class(connection.msgtype), topic, qos)
             clock_pub = node.create_publisher(Clock, "/clock", 10) if args.clock else None
-            _wait_for_subscribers(list(publishers.values()), args.wait_for_subscribers)
+            # /clock counts too: a use_sim_time node that misses the first clock ticks stalls.
+            waited = list(publishers.values()) + ([clock_pub] if clock_pub else [])
+            _wait_for_subscribers(waited, args.wait_for_subscribers)
             t0 = reader.start_time + int(args.start * 1e9)
             t_end = t0 + int(args.duration * 1e9) if args.duration is not None else None
             count = 0
