@@ -9,11 +9,14 @@ from .spec import CacheSpec
 from .step_table import StepTable
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's documented default for its scratch space
+HEAD_DIMS = (64, 128, 256)           # head sizes FlashInfer's prebuilt/JIT kernels are made for
 
 
 def flashinfer_available(spec: CacheSpec) -> bool:
-    """True when FlashInfer can serve this spec: CUDA device, half dtype, package importable."""
-    if spec.device.type != "cuda" or spec.dtype not in (torch.float16, torch.bfloat16):
+    """True when FlashInfer can serve this spec: CUDA device, half dtype, a head size it is
+    built for, package importable."""
+    if (spec.device.type != "cuda" or spec.dtype not in (torch.float16, torch.bfloat16)
+            or spec.head_dim not in HEAD_DIMS):
         return False
     try:
         import flashinfer  # noqa: F401

@@ -86,7 +86,8 @@ class PagedKVCache:
 
     @property
     def step_table(self) -> StepTable | None:
-        """The current step's page table (None between steps)."""
+        """The current step's page table (None between steps). Its host tensors are reused
+        two steps later."""
         return self._step
 
     def layer_pool(self, layer: int) -> torch.Tensor:
@@ -124,8 +125,8 @@ class PagedKVCache:
             rows = pool.view(-1, self.spec.num_heads, self.spec.head_dim)
             rows.index_copy_(0, step.copy_dst, rows.index_select(0, step.copy_src))
         frames = (step.num_frames, self.spec.tokens_per_frame, self.spec.num_heads, self.spec.head_dim)
-        pool[:, 0].index_copy_(0, step.write_pages, k.view(frames))
-        pool[:, 1].index_copy_(0, step.write_pages, v.view(frames))
+        pool[:, 0].index_copy_(0, step.write_pages, k.reshape(frames))
+        pool[:, 1].index_copy_(0, step.write_pages, v.reshape(frames))
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v `[F*P, H, D]` (k already rotated, dtype = spec.dtype) -> out `[F*P, H, D]`:
