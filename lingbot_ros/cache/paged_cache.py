@@ -1,6 +1,6 @@
 """`PagedKVCache`: the global-attention KV cache of all transformer layers (spec section 9).
 
-One pool tensor per layer, `[num_pages, 2, P, H, D]` (K at 1-index 0, V at 1; FlashInfer's NHD
+One pool tensor per layer, `[num_pages, 2, P, H, D]` (dim 1: K at 0, V at 1; FlashInfer's NHD
 paged layout), and ONE page bookkeeping shared by all layers:
 
     pages 0 .. frame_pages-1        frame pages (PagePool): anchors, window, pending, free
