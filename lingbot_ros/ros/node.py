@@ -18,6 +18,7 @@ import collections
 import gc
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -71,6 +72,9 @@ class MapNode(LifecycleNode):
         self._cache = CacheNumbers()
         self._last_stamp = None
         self._camera_info_k = ""
+        # The timer thread builds ~/status from worker-owned state; resets and model failures
+        # change several fields at once and hold this lock so no status shows half of them.
+        self._status_lock = threading.RLock()
         super().__init__("map_node", **kwargs)
         params.declare(self)
         self._image_group = MutuallyExclusiveCallbackGroup()
@@ -302,26 +306,28 @@ class MapNode(LifecycleNode):
         self._publish_status()
 
     def _model_failure(self, frame: InputFrame, error: Exception) -> None:
-        self.counters.add("failed")
         text = f"model failed on the frame stamped {frame.stamp_ns / 1e9:.3f}: " \
                f"{type(error).__name__}: {error}"
-        self.counters.error(text)
         self.get_logger().error(text + " (stream reset, continuing)",
                                 throttle_duration_sec=BAD_INPUT_LOG_PERIOD_S)
-        if self.loaded.device.startswith("cuda"):
-            import torch
+        with self._status_lock:   # the failure and its reset show up in the same status
+            self.counters.add("failed")
+            self.counters.error(text)
+            if self.loaded.device.startswith("cuda"):
+                import torch
 
-            torch.cuda.empty_cache()
-        try:
-            self._reset("model error", keep_map=True)
-        except Exception as reset_error:
-            self.get_logger().error(f"stream reset after the model error failed too: {reset_error}")
+                torch.cuda.empty_cache()
+            try:
+                self._reset("model error", keep_map=True)
+            except Exception as reset_error:
+                self.get_logger().error(f"stream reset after the model error failed too: {reset_error}")
 
     def _reset(self, reason: str, keep_map: bool) -> None:
-        self.tracker.reset(reason, keep_map=keep_map)
-        self._cache = self.tracker.cache()
-        if not keep_map:
-            self._path.clear()
+        with self._status_lock:
+            self.tracker.reset(reason, keep_map=keep_map)
+            self._cache = self.tracker.cache()
+            if not keep_map:
+                self._path.clear()
         self.get_logger().warning(f"stream reset: {reason}")
         self._publish_status()
 
@@ -359,7 +365,10 @@ class MapNode(LifecycleNode):
             self._tf.publish(output.pose_map, stamp, camera_frame)
 
     def _status_message(self):
-        tracker, values, cache = self.tracker, self.counters.snapshot(), self._cache
+        with self._status_lock:
+            return self._fill_status(self.tracker, self.counters.snapshot(), self._cache)
+
+    def _fill_status(self, tracker, values: dict, cache: CacheNumbers):
         msg = MapStatus()
         msg.header.stamp = self._last_stamp or self.get_clock().now().to_msg()
         msg.header.frame_id = self.cfg.map_frame

@@ -1,0 +1,241 @@
+"""MapNode in-process with the tiny fixture: outputs, model-failure recovery, cache cap, stamp jumps.
+
+The node and a probe node share one context with DDS discovery off (nothing leaves the process);
+a background executor spins both. Images enter through the node's real image callback, called
+from the test thread as the executor would; everything else (worker, publishers, timers) runs
+as in production.
+"""
+import os
+import threading
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.context import Context  # noqa: E402
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
+from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
+
+from lingbot_ros.ros import messages  # noqa: E402
+from lingbot_ros.ros.image_codec import fill_image  # noqa: E402
+from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
+
+if MapStatus is None:
+    pytest.skip("lingbot_ros interfaces not generated (run scripts/setup.sh)", allow_module_level=True)
+
+pytestmark = [pytest.mark.ros, pytest.mark.usefixtures("torch_single_thread")]
+TIMEOUT = 20.0
+WIDTH, HEIGHT = 112, 84          # model input for 640x480 images at image_width 112
+_BASE = cv2.resize((np.random.default_rng(2).random((60, 80)) * 255).astype(np.uint8), (640, 480),
+                   interpolation=cv2.INTER_CUBIC)
+
+
+def wait(condition, what: str, timeout: float = TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stamp_ns(header) -> int:
+    return header.stamp.sec * 10**9 + header.stamp.nanosec
+
+
+class Live:
+    """A configured, active MapNode plus a probe recording its outputs."""
+
+    TOPICS = {"pose": PoseStamped, "depth": Image, "depth/camera_info": CameraInfo,
+              "confidence": Image, "map": PointCloud2}
+
+    def __init__(self, node_params: dict):
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=1 + os.getpid() % 100)
+        self.node = MapNode(context=self.context, parameter_overrides=[
+            Parameter(name, value=value) for name, value in node_params.items()])
+        assert self.node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert self.node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        self.probe = rclpy.create_node("probe", context=self.context)
+        self.received = {topic: [] for topic in self.TOPICS}
+        for topic, msg_type in self.TOPICS.items():
+            qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL if topic == "map"
+                             else DurabilityPolicy.VOLATILE)
+            self.probe.create_subscription(msg_type, f"/map_node/{topic}",
+                                           self.received[topic].append, qos)
+        # Deeper than the publisher's latched depth 1, so no status is lost between callbacks.
+        self.statuses: list = []
+        self.probe.create_subscription(MapStatus, "/map_node/status", self.statuses.append,
+                                       QoSProfile(depth=100, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                                                  reliability=ReliabilityPolicy.RELIABLE))
+        self.diagnostics: list = []
+        self.probe.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
+        self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
+        self.executor.add_node(self.node)
+        self.executor.add_node(self.probe)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+        pubs = self.node._pubs
+        wait(lambda: all(pubs[k].get_subscription_count() for k in
+                         ("pose", "depth", "depth_info", "confidence", "map", "status")),
+             "the probe's subscriptions")
+        self.sent = 0
+
+    def send(self, stamp_s: float, shift_px: int = 0) -> Image:
+        """One 640x480 rgb8 image through the node's image callback; waits until it is handled."""
+        msg = fill_image(Image(), np.dstack([np.roll(_BASE, shift_px, axis=1)] * 3), "rgb8")
+        msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp_s), round(stamp_s % 1 * 1e9)
+        msg.header.frame_id = "cam"
+        self.node._on_image(msg)
+        self.sent += 1
+        counts = self.node.counters
+        wait(lambda: sum(counts.snapshot()[k] for k in ("processed", "failed")) == self.sent
+             and not self.node.worker.busy, f"frame {self.sent} handled")
+        return msg
+
+    def status(self, condition, what: str):
+        """The first status that meets ``condition``."""
+        return wait(lambda: next((s for s in self.statuses if condition(s)), None), what)
+
+    def close(self):
+        self.executor.shutdown(timeout_sec=2)
+        self.thread.join(5)
+        self.node._release()
+        self.node.destroy_node()
+        self.probe.destroy_node()
+        self.context.try_shutdown()
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def live(shared_dir, monkeypatch):
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    if not (fixture / "ckpt.pt").exists():
+        pytest.skip(f"tiny fixture missing under {shared_dir}")
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "OFF")
+    started = []
+
+    def start(**overrides) -> Live:
+        node_params = {"checkpoint": str(fixture / "ckpt.pt"), "model_config": str(fixture / "config.json"),
+                       "device": "cpu", "image_width": WIDTH, "num_scale_frames": 3,
+                       "sliding_window": 4, "warmup": False, "autostart": False,
+                       "process_all_frames": True, "min_confidence": 0.0,
+                       "diagnostics_period_s": 0.2, "map_publish_period_s": 0.2, **overrides}
+        started.append(Live(node_params))
+        return started[-1]
+
+    yield start
+    for env in started:
+        env.close()
+
+
+def test_configure_keeps_the_lifecycle_and_parameter_services(live):
+    # Regression: the node once replaced rclpy.Node's own service list at configure, so the
+    # executor stopped serving get_state / change_state / set_parameters.
+    names = [s.srv_name for s in live().node.services]
+    assert len(names) == len(set(names))
+    for name in ("/map_node/get_state", "/map_node/change_state", "map_node/set_parameters",
+                 "~/reset", "~/rollback_last_frame", "~/flush_deferred_evictions", "~/save_map"):
+        assert name in names
+
+
+def test_depth_confidence_camera_info_and_map_outputs(live):
+    env = live()
+    images = [env.send(10 + 0.1 * i, shift_px=8 * i) for i in range(4)]
+    stamps = [stamp_ns(m.header) for m in images]
+    wait(lambda: all(len(env.received[t]) == 4 for t in ("pose", "depth", "depth/camera_info",
+                                                          "confidence")), "4 of each output")
+    for topic in ("depth", "confidence"):
+        assert [stamp_ns(m.header) for m in env.received[topic]] == stamps
+        for msg in env.received[topic]:
+            assert (msg.encoding, msg.width, msg.height, msg.step) == ("32FC1", WIDTH, HEIGHT, 4 * WIDTH)
+            assert msg.header.frame_id == "cam" and not msg.is_bigendian
+            values = np.frombuffer(bytes(msg.data), np.float32)
+            assert values.size == WIDTH * HEIGHT and np.isfinite(values).all()
+    assert (np.frombuffer(bytes(env.received["depth"][-1].data), np.float32) > 0).all()
+    for msg in env.received["depth/camera_info"]:
+        k = np.reshape(msg.k, (3, 3))
+        assert (msg.width, msg.height, msg.header.frame_id) == (WIDTH, HEIGHT, "cam")
+        assert k[0, 0] > 0 and k[1, 1] > 0 and k[2, 2] == 1 and k[1, 0] == k[2, 0] == k[2, 1] == 0
+    assert [stamp_ns(m.header) for m in env.received["depth/camera_info"]] == stamps
+    assert [stamp_ns(m.header) for m in env.received["pose"]] == stamps
+
+    # ~/map: the latched accumulated cloud, stamped with the last image, every keyframe merged.
+    cloud = wait(lambda: next((m for m in reversed(env.received["map"])
+                               if stamp_ns(m.header) == stamps[-1]), None), "a map after frame 4")
+    xyz, rgb = messages.unpack_points(cloud)
+    assert cloud.header.frame_id == "map" and cloud.width == len(xyz) > 0
+    np.testing.assert_array_equal(xyz, env.node.tracker.voxel_map.points()[0])
+
+
+def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(live, monkeypatch, capfd):
+    env = live()
+    for i in range(4):
+        env.send(10 + 0.1 * i, shift_px=8 * i)
+    session = env.node.tracker.session
+    real_step = session.step
+
+    def fail_once(*args, **kwargs):
+        monkeypatch.setattr(session, "step", real_step)
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(session, "step", fail_once)
+    env.send(10.4)
+    failed = env.status(lambda s: s.frames_failed == 1 and s.resets == 1, "the status after the reset")
+    assert "model failed on the frame stamped 10.400: RuntimeError: CUDA out of memory (simulated)" \
+        in failed.last_error
+    assert failed.state == MapStatus.STATE_RESET and failed.state_text == "reset: model error"
+    assert failed.keyframes == 0 and failed.resets == 1
+    assert "stream reset, continuing" in capfd.readouterr().err
+
+    env.send(10.5)
+    after = env.status(lambda s: s.frames_processed == 5, "the next frame processed")
+    assert after.state == MapStatus.STATE_INITIALISING and after.init_frames == 1
+    assert after.frames_failed == 1 and after.frames_processed == 5
+    assert len(env.node.tracker.trajectory) == 4      # the map and trajectory carried on
+
+
+def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
+    env = live(max_keyframes=4)
+    for i in range(4):
+        env.send(10 + 0.1 * i, shift_px=8 * i)
+    reason = "cache cap: 4 keyframes stored (max_keyframes=4)"
+    capped = env.status(lambda s: s.resets == 1, "a status after the cap")
+    assert capped.state == MapStatus.STATE_RESET and capped.state_text == f"reset: {reason}"
+    assert capped.keyframes == 0 and capped.frames_processed == 4
+    assert f"stream reset: {reason}" in capfd.readouterr().err
+    map_points = len(env.node.tracker.voxel_map)
+    assert map_points > 0
+
+    for i in range(3):
+        env.send(10.4 + 0.1 * i, shift_px=8 * i)
+    tracking = env.status(lambda s: s.frames_processed == 7, "tracking again")
+    assert tracking.state == MapStatus.STATE_TRACKING and tracking.keyframes == 3
+    assert tracking.resets == 1 and tracking.frames_failed == 0
+    assert len(env.node.tracker.trajectory) == 7 and len(env.node.tracker.voxel_map) >= map_points
+
+
+def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
+    env = live(max_stamp_gap_s=1.0)
+    for i in range(4):
+        env.send(10 + 0.1 * i, shift_px=8 * i)
+    env.send(20.0)                                       # 9.7 s after the last frame
+    gap = env.status(lambda s: s.resets == 1, "the reset on the gap")
+    assert gap.state_text == "reset: gap of 9.700 s between image stamps (max_stamp_gap_s=1.0)"
+    assert len(env.node.tracker.trajectory) == 0 and len(env.node.tracker.voxel_map) == 0
+    env.send(5.0)                                        # a looped bag
+    back = env.status(lambda s: s.resets == 2, "the reset on the backward stamp")
+    assert back.state_text == "reset: image stamp went back by 15.000 s (bag looped?)"
+    last = env.status(lambda s: s.frames_processed == 6, "both frames processed")
+    assert last.state == MapStatus.STATE_INITIALISING and last.init_frames == 1
+    err = capfd.readouterr().err
+    assert "stream reset: gap of 9.700 s" in err and "stream reset: image stamp went back" in err
