@@ -15,7 +15,7 @@ pytestmark = [
 
 def spec(**overrides):
     fields = dict(num_layers=2, num_heads=4, head_dim=64, tokens_per_frame=37, special_tokens=6,
-                  scale_frames=2, sliding_window=3, deferred_capacity=2, special_chunk_pages=1,
+                  scale_frames=2, sliding_window=3, deferred_capacity=4, special_chunk_pages=1,
                   dtype=torch.bfloat16, device="cuda")
     fields.update(overrides)
     return CacheSpec(**fields)
