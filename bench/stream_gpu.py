@@ -94,6 +94,36 @@ def run_variant(model, name: str, settings: StreamSettings, frames: int, pattern
     return out
 
 
+def count_syncs(model, settings: StreamSettings, frames: int, device: str, height: int, width: int) -> list[str]:
+    """Stream ``frames`` phase-2 frames with torch's sync debug mode on; returns the distinct
+    places (file:line of the caller) where the frame loop made the host wait for the device."""
+    import traceback
+    import warnings
+
+    session = StreamingSession(model, settings)
+    images = synthetic_frames(settings.num_scale_frames + frames, height, width, device)
+    for img in images[:settings.num_scale_frames]:
+        session.step(img)
+    sync(device)
+    places: list[str] = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames_ = [f for f in traceback.extract_stack()[:-1] if "lingbot_ros" in f.filename]
+        where = f"{frames_[-1].filename.split('lingbot_ros/')[-1]}:{frames_[-1].lineno}" if frames_ else filename
+        places.append(f"{where}: {str(message)[:80]}")
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings():   # restores showwarning on exit
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            for img in images[settings.num_scale_frames:]:
+                session.step(img)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    return sorted(set(places))
+
+
 def segment_medians(times: list[float], edges: list[int]) -> str:
     parts = []
     for lo, hi in zip(edges, edges[1:]):
@@ -113,6 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=518)
     ap.add_argument("--dtype", default="auto", help="session dtype policy: auto (bf16 on CUDA) or float32")
     ap.add_argument("--backend", default="auto", help="global attention backend: auto, torch or flashinfer")
+    ap.add_argument("--sync-check-frames", type=int, default=5,
+                    help="phase-2 frames streamed under torch's sync debug mode (CUDA only; 0 = skip)")
     ap.add_argument("--no-write", action="store_true", help="do not append the table to bench/README.md")
     args = ap.parse_args(argv)
 
@@ -153,6 +185,10 @@ def main(argv=None) -> int:
         (f_a, m_a), (f_b, m_b) = list(main_run["mem_at"].items())
         lines.append(f"Allocated-memory growth from frame {f_a} to {f_b}: "
                      f"{(m_b - m_a) / max(1, f_b - f_a) / 1024:.1f} KiB per frame.")
+    if args.device.startswith("cuda") and args.sync_check_frames:
+        places = count_syncs(model, variants[0][1], args.sync_check_frames, args.device, args.height, args.width)
+        lines.append(f"Host-device syncs inside the frame step ({args.sync_check_frames} frames, torch sync "
+                     f"debug mode): {'none' if not places else '; '.join(places)}.")
     table = "\n".join(lines)
     print(table)
     if not args.no_write:
