@@ -187,3 +187,19 @@ def test_offline_rejects_bad_numbers(tmp_path, capsys, flag, value):
                  flag, value])
     assert code == 1
     assert f"{flag} must be" in capsys.readouterr().err
+
+
+def test_progress_steady_rate_leaves_out_the_warm_up(monkeypatch, capsys):
+    from lingbot_ros.tools import offline
+
+    # start; frame 1 takes 10 s (scale batch, JIT) and gives no result; frames 2-3 take 1 s each
+    clock = iter([0.0, 10.0, 11.0, 12.0, 12.0])
+    monkeypatch.setattr(offline.time, "perf_counter", lambda: next(clock))
+    progress = offline.Progress(3)
+    progress.update(1, have_results=False)
+    progress.update(2, have_results=True)
+    progress.update(3, have_results=True)
+    progress.finish()
+    assert progress.elapsed_s == 12.0
+    assert progress.steady_fps(3) == pytest.approx(1.0)
+    assert "frame 3/3  1.00 FPS" in capsys.readouterr().err   # the recent rate, not 3 / 12 s

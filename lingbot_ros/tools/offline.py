@@ -7,6 +7,7 @@ the keyframes' confident points.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import csv
 import sys
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> str:
                 results = session.step(preprocess(frame.rgb))
             for result in results:
                 writer.add(result, stamps_s[result.index])
-            progress.update(len(stamps_s))
+            progress.update(len(stamps_s), have_results=writer.num_frames > 0)
     # A sequence shorter than --num-scale-frames ends while phase 1 is still buffering (spec 13:
     # phase 1 takes min(num_scale_frames, S) frames).
     with torch.inference_mode():
@@ -187,9 +188,11 @@ def run(args: argparse.Namespace) -> str:
                            f"{writer.num_frames} results came back")
     outputs = writer.close()
     fps = len(stamps_s) / max(progress.elapsed_s, 1e-9)
+    steady = progress.steady_fps(len(stamps_s))
+    steady_text = f" ({steady:.2f} FPS after the first results)" if steady is not None else ""
     return (f"frames: {writer.num_frames} ({writer.num_keyframes} keyframes) from "
             f"{source.description}\n"
-            f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {args.device}\n"
+            f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {args.device}{steady_text}\n"
             f"map: {outputs['map_points']} points (voxel {args.voxel_size:g})\n"
             f"outputs: {outputs['trajectory']}, {outputs['frames']}, {outputs['depth']}/, "
             f"{outputs['map']}")
@@ -250,18 +253,32 @@ class OutputWriter:
 
 
 class Progress:
-    """``frame i/N, FPS`` on stderr: one rewritten line on a terminal, every 10th frame else."""
+    """``frame i/N, FPS`` on stderr: one rewritten line on a terminal, every 10th frame else.
+
+    The line shows the rate over the last 10 frames: the first frames include one-off work
+    (the scale-frame batch, kernel JIT builds on a cold GPU) that would hide the steady rate.
+    """
+
+    WINDOW = 10
 
     def __init__(self, total: int):
         self.total = total
         self.start = time.perf_counter()
         self.elapsed_s = 0.0
         self.tty = sys.stderr.isatty()
+        self._recent: collections.deque = collections.deque(maxlen=self.WINDOW + 1)
+        self.steady_from: tuple[int, float] | None = None   # (frames done, time) at the first result
 
-    def update(self, done: int) -> None:
-        self.elapsed_s = time.perf_counter() - self.start
+    def update(self, done: int, have_results: bool) -> None:
+        now = time.perf_counter()
+        self.elapsed_s = now - self.start
+        self._recent.append((done, now))
+        if have_results and self.steady_from is None:
+            self.steady_from = (done, now)
         if self.tty or done % 10 == 0 or done == self.total:
-            line = f"frame {done}/{self.total}  {done / max(self.elapsed_s, 1e-9):.2f} FPS"
+            (d0, t0), (d1, t1) = self._recent[0], self._recent[-1]
+            rate = (d1 - d0) / (t1 - t0) if t1 > t0 else done / max(self.elapsed_s, 1e-9)
+            line = f"frame {done}/{self.total}  {rate:.2f} FPS"
             print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
                   file=sys.stderr, flush=True)
 
@@ -270,6 +287,13 @@ class Progress:
         self.elapsed_s = time.perf_counter() - self.start
         if self.tty:
             print(file=sys.stderr)
+
+    def steady_fps(self, done: int) -> float | None:
+        """Frames per second after the first results came out (None if too few frames)."""
+        if self.steady_from is None or done <= self.steady_from[0]:
+            return None
+        d0, t0 = self.steady_from
+        return (done - d0) / max(self.start + self.elapsed_s - t0, 1e-9)
 
 
 if __name__ == "__main__":
