@@ -30,7 +30,9 @@ class TorchAttention:
     def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D] (contiguous)."""
         heads, dim = self.spec.num_heads, self.spec.head_dim
-        kv = pool.view(-1, heads, dim).index_select(0, self._rows).view(2, -1, heads, dim)
-        out = F.scaled_dot_product_attention(            # [H, T, D]
-            q.transpose(0, 1), kv[0].transpose(0, 1), kv[1].transpose(0, 1))
-        return out.transpose(0, 1).contiguous()
+        kv = pool.view(-1, heads, dim).index_select(0, self._rows).view(2, 1, -1, heads, dim)
+        # SDPA's fused CUDA kernels (cuDNN, flash) need a batch axis: [1, H, T, D] views. With 3-D
+        # inputs it falls back to the math kernel, which materialises every T x Tk score.
+        out = F.scaled_dot_product_attention(            # [1, H, T, D]
+            q[None].transpose(1, 2), kv[0].transpose(1, 2), kv[1].transpose(1, 2))
+        return out[0].transpose(0, 1).contiguous()
