@@ -22,13 +22,27 @@ for f in pathlib.Path(sys.prefix, "share").glob("*/cmake/*.cmake"):
 PY
 
 export AMENT_PREFIX_PATH="$venv" CMAKE_PREFIX_PATH="$venv"
-gen=()
-command -v ninja >/dev/null && gen=(-G Ninja)
-[ -f "$build/CMakeCache.txt" ] && gen=()   # the generator is fixed at the first configure
-cmake -S "$root" -B "$build" "${gen[@]}" -DLINGBOT_INTERFACES_ONLY=ON -DBUILD_TESTING=OFF \
-  -DCMAKE_INSTALL_PREFIX="$venv" -DPython3_EXECUTABLE="$vpy" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j 2 >/dev/null
-cmake --install "$build" >/dev/null
+# build_and_install SOURCE_DIR BUILD_DIR [CMAKE_ARGS...]
+build_and_install() {
+  local src=$1 dir=$2 gen=()
+  shift 2
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  [ -f "$dir/CMakeCache.txt" ] && gen=()   # the generator is fixed at the first configure
+  cmake -S "$src" -B "$dir" "${gen[@]}" -DBUILD_TESTING=OFF -DCMAKE_INSTALL_PREFIX="$venv" \
+    -DPython3_EXECUTABLE="$vpy" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$dir" -j 2 >/dev/null
+  cmake --install "$dir" >/dev/null
+}
+
+# tf2_msgs is not on PyPI; without it the node cannot publish /tf. A distro's own copy wins.
+if ! "$vpy" -c "import tf2_msgs.msg" 2>/dev/null; then
+  build_and_install "$root/scripts/venv_interfaces/tf2_msgs" "$root/build/tf2_msgs"
+  "$vpy" -c "from tf2_msgs.msg import TFMessage" \
+    || { echo "[build_interfaces] generated tf2_msgs does not import" >&2; exit 1; }
+  echo "[build_interfaces] tf2_msgs/msg/TFMessage installed into $venv"
+fi
+
+build_and_install "$root" "$build" -DLINGBOT_INTERFACES_ONLY=ON
 
 # rosidl installs an empty lingbot_ros/__init__.py and an egg-info into site-packages. The
 # hand-written package (pip install .) owns both: put our __init__.py back and drop the egg-info,

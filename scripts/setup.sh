@@ -31,7 +31,7 @@ else
 fi
 
 # 2. ROS interfaces (msg/, srv/) generated into the venv prefix, as colcon does in a workspace.
-iface_hash=$(hash_of msg/* srv/* CMakeLists.txt scripts/build_interfaces.sh "$venv/.deps_hash")
+iface_hash=$(hash_of msg/* srv/* CMakeLists.txt scripts/build_interfaces.sh scripts/venv_interfaces/*/* scripts/venv_interfaces/*/msg/* "$venv/.deps_hash")
 if [ -f scripts/build_interfaces.sh ] && [ "$(cat "$venv/.iface_hash" 2>/dev/null)" != "$iface_hash" ]; then
   log "generating ROS interfaces"
   bash scripts/build_interfaces.sh "$venv"
