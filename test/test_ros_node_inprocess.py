@@ -148,6 +148,18 @@ def test_configure_keeps_the_lifecycle_and_parameter_services(live):
         assert name in names
 
 
+def test_warmup_runs_the_model_and_leaves_an_empty_stream(live):
+    # Regression: the warm-up frame was only buffered for phase 1 (num_scale_frames > 1) and
+    # thrown away by the reset, so the model never ran before the first real frame.
+    env = live(warmup=True)
+    stats = env.node.tracker.session.stats()
+    assert stats["kv_cache"] is not None, "warm-up did not run the model (no KV cache allocated)"
+    assert stats["frames_seen"] == stats["frames_stored"] == stats["frames_buffered"] == 0
+    env.send(10.0)
+    first = env.status(lambda s: s.frames_processed == 1, "the first real frame processed")
+    assert first.state == MapStatus.STATE_INITIALISING and first.init_frames == 1
+
+
 def test_depth_confidence_camera_info_and_map_outputs(live):
     env = live()
     images = [env.send(10 + 0.1 * i, shift_px=8 * i) for i in range(4)]

@@ -281,8 +281,11 @@ class MapNode(LifecycleNode):
         """One dummy frame through the model so the first real frame pays no start-up cost."""
         width = self.cfg.image_width
         dummy = np.full((width * 3 // 4, width, 3), 128, np.uint8)
-        self.tracker.session.step(self.tracker.preprocessor(dummy))
-        self.tracker.session.reset()
+        session = self.tracker.session
+        # With num_scale_frames > 1 step() only buffers the frame; closing phase 1 runs it.
+        session.step(self.tracker.preprocessor(dummy))
+        session.close_scale_phase()
+        session.reset()
         return "warmed up"
 
     def _handle_frame(self, frame: InputFrame) -> None:
