@@ -12,8 +12,7 @@ from collections import deque
 
 import numpy as np
 
-from lingbot_ros.mapping import (Trajectory, VoxelMap, depth_to_points, image_to_rgb_uint8,
-                                 select_points)
+from lingbot_ros.mapping import Trajectory, VoxelMap, image_to_rgb_uint8, select_points
 from lingbot_ros.ros.frames import R_MAP_FROM_OPTICAL, optical_points_to_map, optical_pose_to_map
 from lingbot_ros.ros.keyframes import MotionPolicy
 from lingbot_ros.ros.params import NodeConfig
@@ -51,9 +50,9 @@ class PoseOutput:
 
 
 def frame_points(result, min_confidence: float, stride: int, origin: np.ndarray):
-    points = depth_to_points(result.depth, result.intrinsic, result.extrinsic)
+    # The session already unprojected the depth (world_points); only the kept points leave the device.
     colors = image_to_rgb_uint8(result.image)
-    xyz, rgb = select_points(points, colors, result.depth_conf, min_confidence, stride)
+    xyz, rgb = select_points(result.world_points, colors, result.depth_conf, min_confidence, stride)
     xyz = optical_points_to_map(xyz)
     return (xyz @ origin[:3, :3].T + origin[:3, 3]).astype(np.float32), rgb
 
