@@ -96,8 +96,8 @@ def select_points(points: Array, colors: Array, conf: Array | None, min_confiden
     # data lives and only the kept points are copied to the host. Mixed inputs go to numpy.
     arrays = (points, colors) if conf is None else (points, colors, conf)
     if len({isinstance(a, torch.Tensor) for a in arrays}) > 1:
-        points, colors = _to_numpy(points), _to_numpy(colors)
-        conf = None if conf is None else _to_numpy(conf)
+        points, colors = to_numpy(points), to_numpy(colors)
+        conf = None if conf is None else to_numpy(conf)
     points = points[::stride, ::stride].reshape(-1, 3)
     colors = colors[::stride, ::stride].reshape(-1, 3)
     if isinstance(points, torch.Tensor):
@@ -106,10 +106,11 @@ def select_points(points: Array, colors: Array, conf: Array | None, min_confiden
         keep = np.isfinite(points).all(axis=-1)
     if conf is not None:
         keep = keep & (conf[::stride, ::stride].reshape(-1) >= min_confidence)
-    return _to_numpy(points[keep]).astype(np.float32), _to_numpy(colors[keep]).astype(np.uint8)
+    return to_numpy(points[keep]).astype(np.float32), to_numpy(colors[keep]).astype(np.uint8)
 
 
-def _to_numpy(array: Array) -> np.ndarray:
+def to_numpy(array: Array) -> np.ndarray:
+    """A torch tensor (any device) or array-like -> numpy array."""
     if isinstance(array, torch.Tensor):
         return array.detach().cpu().numpy()
     return np.asarray(array)

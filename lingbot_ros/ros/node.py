@@ -34,6 +34,7 @@ from nav_msgs.msg import Odometry
 from std_srvs.srv import Trigger
 from diagnostic_msgs.msg import DiagnosticArray
 
+from lingbot_ros.mapping import to_numpy
 from lingbot_ros.ros import messages, params
 from lingbot_ros.ros.diagnostics import Counters, diagnostic_array
 from lingbot_ros.ros.image_codec import ImageDecodeError, compressed_to_rgb, fill_image, image_to_rgb
@@ -355,14 +356,14 @@ class MapNode(LifecycleNode):
         result = output.result
         header = messages.make_header(stamp, camera_frame)
         if pubs["depth"].get_subscription_count():
-            depth = _numpy(result.depth).reshape(_numpy(result.depth).shape[:2]).astype(np.float32)
-            pubs["depth"].publish(fill_image(Image(header=header), depth, "32FC1"))
+            pubs["depth"].publish(fill_image(Image(header=header),
+                                             to_numpy(result.depth).astype(np.float32), "32FC1"))
         if pubs["confidence"].get_subscription_count():
             pubs["confidence"].publish(fill_image(Image(header=header),
-                                                  _numpy(result.depth_conf).astype(np.float32), "32FC1"))
+                                                  to_numpy(result.depth_conf).astype(np.float32), "32FC1"))
         if pubs["depth_info"].get_subscription_count():
             width, height = result.image_size
-            pubs["depth_info"].publish(messages.camera_info(_numpy(result.intrinsic), width, height,
+            pubs["depth_info"].publish(messages.camera_info(to_numpy(result.intrinsic), width, height,
                                                             stamp, camera_frame))
         if self._tf is not None:
             self._tf.publish(output.pose_map, stamp, camera_frame)
@@ -486,10 +487,6 @@ class MapNode(LifecycleNode):
         else:
             response.message = result
         return response
-
-
-def _numpy(tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
 
 
 def main(args=None) -> int:

@@ -12,7 +12,7 @@ from collections import deque
 
 import numpy as np
 
-from lingbot_ros.mapping import Trajectory, VoxelMap, image_to_rgb_uint8, select_points
+from lingbot_ros.mapping import Trajectory, VoxelMap, image_to_rgb_uint8, select_points, to_numpy
 from lingbot_ros.ros.frames import R_MAP_FROM_OPTICAL, optical_points_to_map, optical_pose_to_map
 from lingbot_ros.ros.keyframes import MotionPolicy
 from lingbot_ros.ros.params import NodeConfig
@@ -208,7 +208,7 @@ class Tracker:
         outputs = []
         for result in results:
             source = self._pending.popleft()
-            pose = self.origin @ optical_pose_to_map(_numpy(result.extrinsic))
+            pose = self.origin @ optical_pose_to_map(to_numpy(result.extrinsic))
             is_keyframe = bool(result.is_keyframe) and (keyframe_kept or batch)
             outputs.append(PoseOutput(stamp=source.stamp, stamp_ns=source.stamp_ns,
                                       frame_id=source.frame_id, received_ns=source.received_ns,
@@ -227,6 +227,3 @@ class Tracker:
         self.state_text = "tracking"
         return outputs
 
-
-def _numpy(tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
