@@ -54,7 +54,7 @@ def test_pitching_the_camera_down_points_its_optical_axis_down_in_map():
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_quaternion_from_matrix(seed):
+def test_pose_message_orientation(seed):
     rng = np.random.default_rng(seed)
     q = rng.normal(size=4)
     q /= np.linalg.norm(q)
@@ -62,8 +62,10 @@ def test_quaternion_from_matrix(seed):
     rotation = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
                          [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
                          [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-    out = np.array(frames.quaternion_from_matrix(rotation))
-    np.testing.assert_allclose(out, q * np.sign(q[3]), atol=1e-9)
+    pose = np.eye(4)
+    pose[:3, :3] = rotation
+    o = messages.pose_from_matrix(pose).orientation
+    np.testing.assert_allclose([o.x, o.y, o.z, o.w], q * np.sign(q[3]), atol=1e-9)
 
 
 def test_pointcloud2_layout():

@@ -40,25 +40,3 @@ def optical_points_to_map(points_world: np.ndarray) -> np.ndarray:
     # p_map = R p  <=>  for row vectors p_map^T = p^T R^T; a column permutation with signs.
     return np.stack([points[..., 2], -points[..., 0], -points[..., 1]], axis=-1)
 
-
-def quaternion_from_matrix(rotation: np.ndarray) -> tuple[float, float, float, float]:
-    """Rotation matrix ``[3, 3]`` -> unit quaternion (x, y, z, w), w >= 0."""
-    m = np.asarray(rotation, dtype=np.float64)
-    trace = m[0, 0] + m[1, 1] + m[2, 2]
-    # Pick the largest diagonal term for numerical stability (Shepperd's method).
-    if trace > 0:
-        s = 2.0 * np.sqrt(trace + 1.0)
-        q = ((m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s, 0.25 * s)
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2])
-        q = (0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s, (m[2, 1] - m[1, 2]) / s)
-    elif m[1, 1] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2])
-        q = ((m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s, (m[0, 2] - m[2, 0]) / s)
-    else:
-        s = 2.0 * np.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
-        q = ((m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s, (m[1, 0] - m[0, 1]) / s)
-    q = np.array(q) / np.linalg.norm(q)
-    if q[3] < 0:
-        q = -q
-    return float(q[0]), float(q[1]), float(q[2]), float(q[3])

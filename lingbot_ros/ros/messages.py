@@ -7,7 +7,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from lingbot_ros.ros.frames import quaternion_from_matrix
+from lingbot_ros.mapping import rotation_to_quaternion
 
 # Odometry covariance convention (diagonal of pose.covariance, row-major 6x6: x y z rx ry rz).
 # The model reports no calibrated uncertainty, so the value only tells consumers how far to trust
@@ -32,7 +32,7 @@ def pose_from_matrix(pose_4x4: np.ndarray) -> Pose:
     msg = Pose()
     msg.position.x, msg.position.y, msg.position.z = (float(v) for v in pose_4x4[:3, 3])
     (msg.orientation.x, msg.orientation.y, msg.orientation.z,
-     msg.orientation.w) = quaternion_from_matrix(pose_4x4[:3, :3])
+     msg.orientation.w) = (float(v) for v in rotation_to_quaternion(pose_4x4[:3, :3]))
     return msg
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from geometry_msgs.msg import TransformStamped
 
-from lingbot_ros.ros.frames import quaternion_from_matrix
+from lingbot_ros.mapping import quaternion_to_rotation, rotation_to_quaternion
 
 
 def _transform(pose: np.ndarray, stamp, parent: str, child: str) -> TransformStamped:
@@ -19,17 +19,14 @@ def _transform(pose: np.ndarray, stamp, parent: str, child: str) -> TransformSta
     msg.transform.translation.x, msg.transform.translation.y, msg.transform.translation.z = (
         float(v) for v in pose[:3, 3])
     (msg.transform.rotation.x, msg.transform.rotation.y, msg.transform.rotation.z,
-     msg.transform.rotation.w) = quaternion_from_matrix(pose[:3, :3])
+     msg.transform.rotation.w) = (float(v) for v in rotation_to_quaternion(pose[:3, :3]))
     return msg
 
 
 def _matrix(transform) -> np.ndarray:
     t, q = transform.translation, transform.rotation
-    x, y, z, w = q.x, q.y, q.z, q.w
     pose = np.eye(4)
-    pose[:3, :3] = [[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                    [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                    [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]]
+    pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
     pose[:3, 3] = [t.x, t.y, t.z]
     return pose
 
