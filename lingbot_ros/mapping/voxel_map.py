@@ -29,7 +29,7 @@ class VoxelMap:
     Ties (voxels of the same recency, or the new voxels of one insert) are broken by a hash of
     the voxel index, so what survives is spread evenly over space rather than one corner of it.
 
-    Storage: about 64 bytes per voxel, in rows that removed voxels free for new ones, so memory
+    Storage: about 56 bytes per voxel, in rows that removed voxels free for new ones, so memory
     stays at ``max_points`` rows. An insert costs O(batch log batch + M) with small constants
     (the O(M) parts are 1-D copies of the sorted key index), not a re-sort of the map.
 
@@ -51,7 +51,6 @@ class VoxelMap:
         self._sorted_keys = np.empty(0, np.int64)
         self._sorted_rows = np.empty(0, np.int64)    # storage row of each sorted key
         # Storage rows [capacity]; rows below _num_rows are occupied or listed in _free_rows.
-        self._row_key = np.empty(0, np.int64)
         self._mean_xyz = np.empty((0, 3), np.float32)  # metres (model units)
         self._mean_rgb = np.empty((0, 3), np.float32)  # 0..255
         self._count = np.empty(0, np.int64)            # points merged into the voxel
@@ -65,7 +64,7 @@ class VoxelMap:
 
     def nbytes(self) -> int:
         """Bytes of numpy storage held (grows until ``max_points`` rows, then stays)."""
-        arrays = (self._sorted_keys, self._sorted_rows, self._row_key, self._mean_xyz,
+        arrays = (self._sorted_keys, self._sorted_rows, self._mean_xyz,
                   self._mean_rgb, self._count, self._last_insert, self._free_rows)
         return sum(a.nbytes for a in arrays)
 
@@ -140,7 +139,6 @@ class VoxelMap:
     def _add(self, keys, sum_xyz, sum_rgb, count) -> None:
         """Store new voxels (``keys`` sorted, none in the map yet)."""
         rows = self._allocate_rows(len(keys))
-        self._row_key[rows] = keys
         self._mean_xyz[rows] = sum_xyz / count[:, None]
         self._mean_rgb[rows] = sum_rgb / count[:, None]
         self._count[rows] = count
@@ -175,7 +173,6 @@ class VoxelMap:
             if self.max_points is not None:
                 capacity = max(needed, min(capacity, self.max_points))
             grow = capacity - len(self._count)
-            self._row_key = np.concatenate([self._row_key, np.zeros(grow, np.int64)])
             self._mean_xyz = np.concatenate([self._mean_xyz, np.zeros((grow, 3), np.float32)])
             self._mean_rgb = np.concatenate([self._mean_rgb, np.zeros((grow, 3), np.float32)])
             self._count = np.concatenate([self._count, np.zeros(grow, np.int64)])
