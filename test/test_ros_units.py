@@ -124,6 +124,13 @@ def test_parameter_validation_names_the_parameter(values, text):
     assert text in str(error.value)
 
 
+def test_each_bad_parameter_is_reported_once():
+    with pytest.raises(params.ConfigError) as error:
+        params.validate({"max_image_pixels": -1, "diagnostics_period_s": -1.0})
+    text = str(error.value)
+    assert text.count("'max_image_pixels'") == 1 and text.count("'diagnostics_period_s'") == 1
+
+
 def test_int_is_accepted_for_float_parameters():
     assert params.validate({"map_publish_period_s": 2}).map_publish_period_s == 2.0
 

@@ -185,16 +185,16 @@ def validate(values: dict) -> NodeConfig:
         need(getattr(cfg, name) >= 1, f"'{name}' must be >= 1, got {getattr(cfg, name)}")
     need(cfg.image_width >= 14 and cfg.image_width % 14 == 0,
          f"'image_width' must be a positive multiple of 14 (the patch size), got {cfg.image_width}")
-    for name in ("max_keyframes", "max_image_pixels"):
-        need(getattr(cfg, name) >= 0, f"'{name}' must be >= 0, got {getattr(cfg, name)}")
-    need(cfg.max_image_pixels > 0, "'max_image_pixels' must be > 0")
+    need(cfg.max_keyframes >= 0, f"'max_keyframes' must be >= 0, got {cfg.max_keyframes}")
+    need(cfg.max_image_pixels > 0, f"'max_image_pixels' must be > 0, got {cfg.max_image_pixels}")
     for name in ("keyframe_min_parallax_px", "max_cache_mb", "max_stamp_gap_s", "odom_variance",
-                 "min_confidence", "map_publish_period_s", "diagnostics_period_s"):
+                 "min_confidence", "map_publish_period_s"):
         value = getattr(cfg, name)
         need(math.isfinite(value) and value >= 0, f"'{name}' must be a finite number >= 0, got {value}")
     need(math.isfinite(cfg.map_voxel_size_m) and cfg.map_voxel_size_m > 0,
          f"'map_voxel_size_m' must be > 0, got {cfg.map_voxel_size_m}")
-    need(cfg.diagnostics_period_s > 0, "'diagnostics_period_s' must be > 0")
+    need(math.isfinite(cfg.diagnostics_period_s) and cfg.diagnostics_period_s > 0,
+         f"'diagnostics_period_s' must be a finite number > 0, got {cfg.diagnostics_period_s}")
     need(cfg.service_timeout_s > 0, f"'service_timeout_s' must be > 0, got {cfg.service_timeout_s}")
     need(bool(cfg.map_frame), "'map_frame' must not be empty")
     need(cfg.tf_mode != "map_to_camera" or bool(cfg.tf_camera_frame),
