@@ -194,6 +194,8 @@ def test_bad_frames_are_refused(model, frames):
     session = StreamingSession(model, small())
     with pytest.raises(FrameError, match="\\[3, H, W\\]"):
         session.step(frames[0, 0])
+    with pytest.raises(FrameError, match="torch.Tensor.*ndarray.*Preprocessor"):
+        session.step(frames[0].numpy())
     with pytest.raises(FrameError, match="multiple of the patch size"):
         session.step(torch.rand(3, 30, 42))
     session.step(frames[0])

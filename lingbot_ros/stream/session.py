@@ -119,6 +119,9 @@ class StreamingSession:
     # ---- internals -------------------------------------------------------------------------------
 
     def _check(self, image: torch.Tensor) -> torch.Tensor:
+        if not isinstance(image, torch.Tensor):
+            raise FrameError(f"expected a torch.Tensor [3, H, W], got {type(image).__name__}; "
+                             "Preprocessor turns camera images into one")
         if image.dim() == 4 and image.shape[0] == 1:
             image = image[0]
         if image.dim() != 3 or image.shape[0] != 3:
