@@ -1,5 +1,6 @@
 """Shared pytest fixtures. Keep additive: several layers' tests rely on them."""
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _shared_dir() -> Path:
     return Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared"))
+
+
+def wait_until(condition, what: str, timeout: float, details=None):
+    """Poll ``condition()`` until it returns something truthy and return that. On timeout raise
+    AssertionError naming ``what``, plus ``details()`` (e.g. subprocess logs) when given."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}" + (f"; {details()}" if details else ""))
 
 
 @pytest.fixture(scope="session")

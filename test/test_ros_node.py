@@ -31,6 +31,7 @@ from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from conftest import wait_until  # noqa: E402
 from lingbot_ros.mapping import read_ply, read_tum  # noqa: E402
 from lingbot_ros.ros.image_codec import fill_compressed, fill_image  # noqa: E402
 
@@ -122,15 +123,11 @@ class Ros:
                                      "--wait-for-subscribers", "20", "--quiet", *extra])
 
     def wait(self, condition, what: str, timeout: float = TIMEOUT):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.05)
+        return wait_until(condition, what, timeout, details=self._last_status_and_logs)
+
+    def _last_status_and_logs(self) -> str:
         logs = "\n".join(self.output(p)[-2000:] for p in self.procs)
-        raise AssertionError(f"timed out waiting for {what}; last status: "
-                             f"{self.statuses[-1] if self.statuses else None}\n{logs}")
+        return f"last status: {self.statuses[-1] if self.statuses else None}\n{logs}"
 
     def call(self, srv_type, name: str, request):
         """One service call from the test thread; the background executor delivers the reply."""

@@ -7,7 +7,6 @@ as in production.
 """
 import os
 import threading
-import time
 
 import cv2
 import numpy as np
@@ -23,6 +22,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
+from conftest import wait_until  # noqa: E402
+
 from lingbot_ros.ros import messages  # noqa: E402
 from lingbot_ros.ros.image_codec import fill_image  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
@@ -37,14 +38,8 @@ _BASE = cv2.resize((np.random.default_rng(2).random((60, 80)) * 255).astype(np.u
                    interpolation=cv2.INTER_CUBIC)
 
 
-def wait(condition, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait(condition, what: str):
+    return wait_until(condition, what, TIMEOUT)
 
 
 def stamp_ns(header) -> int:
