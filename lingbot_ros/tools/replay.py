@@ -96,12 +96,20 @@ def main(argv=None) -> int:
             clock_pub = node.create_publisher(Clock, "/clock", 10) if args.clock else None
             # /clock counts too: a use_sim_time node that misses the first clock ticks stalls.
             waited = list(publishers.values()) + ([clock_pub] if clock_pub else [])
-            _wait_for_subscribers(waited, args.wait_for_subscribers)
+            if args.wait_for_subscribers > 0 and not _wait_for_subscribers(waited, args.wait_for_subscribers):
+                print(f"lingbot-ros-replay: warning: no subscriber on every topic after "
+                      f"{args.wait_for_subscribers:g} s; publishing anyway", file=sys.stderr, flush=True)
             t0 = reader.start_time + int(args.start * 1e9)
             t_end = t0 + int(args.duration * 1e9) if args.duration is not None else None
             count = 0
             while True:
-                count += _play_once(reader, connections, publishers, clock_pub, t0, t_end, args)
+                played = _play_once(reader, connections, publishers, clock_pub, t0, t_end, args)
+                count += played
+                if played == 0:
+                    # Also ends --loop: an empty range would otherwise spin forever.
+                    print("lingbot-ros-replay: no messages in the selected time range "
+                          "(check --start / --duration)", file=sys.stderr)
+                    return 2
                 if not args.loop:
                     break
             if not args.quiet:
@@ -114,10 +122,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def _wait_for_subscribers(publishers, timeout_s: float) -> None:
+def _wait_for_subscribers(publishers, timeout_s: float) -> bool:
+    """True once every publisher has a subscriber, False if ``timeout_s`` passed first."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not all(p.get_subscription_count() for p in publishers):
+    while not all(p.get_subscription_count() for p in publishers):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
+    return True
 
 
 def _publish_clock(clock_pub, bag_ns: int) -> None:
