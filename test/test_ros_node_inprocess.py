@@ -246,3 +246,23 @@ def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
     assert last.state == MapStatus.STATE_INITIALISING and last.init_frames == 1
     err = capfd.readouterr().err
     assert "stream reset: gap of 9.700 s" in err and "stream reset: image stamp went back" in err
+
+
+def test_tf_map_to_camera_matches_the_pose(live):
+    tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not installed (scripts/setup.sh generates it)")
+    env = live(tf_mode="map_to_camera")
+    transforms = []
+    env.probe.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 50)
+    wait(lambda: env.node._tf._pub.get_subscription_count(), "the probe's /tf subscription")
+    images = [env.send(20 + 0.1 * i, shift_px=8 * i) for i in range(4)]
+    wait(lambda: len(transforms) == 4 and len(env.received["pose"]) == 4, "4 transforms and 4 poses")
+    for tf_msg, pose, image in zip(transforms, env.received["pose"], images):
+        (t,) = tf_msg.transforms
+        assert (t.header.frame_id, t.child_frame_id) == ("map", "lingbot_camera")
+        assert stamp_ns(t.header) == stamp_ns(pose.header) == stamp_ns(image.header)
+        p, q = pose.pose.position, pose.pose.orientation
+        np.testing.assert_allclose([t.transform.translation.x, t.transform.translation.y,
+                                    t.transform.translation.z], [p.x, p.y, p.z], atol=1e-6)
+        np.testing.assert_allclose([t.transform.rotation.x, t.transform.rotation.y,
+                                    t.transform.rotation.z, t.transform.rotation.w],
+                                   [q.x, q.y, q.z, q.w], atol=1e-6)
