@@ -72,14 +72,15 @@ def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 def write_tum(path: str | Path, trajectory: Trajectory) -> None:
     """Write ``timestamp tx ty tz qx qy qz qw`` per pose (camera-to-world), one line each.
 
-    This is the TUM RGB-D benchmark format that evo and the TUM tools read; stamps are seconds
-    with nanosecond digits.
+    This is the TUM RGB-D benchmark format that evo and the TUM tools read. Stamps are written
+    in seconds with microsecond digits: a float64 of Unix-epoch seconds resolves ~0.24 us, so
+    nanosecond digits would print rounding noise (1700000000.099999905 for .1 s).
     """
     lines = []
     for stamp_s, c2w in trajectory:
         qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
         tx, ty, tz = c2w[:3, 3]
-        lines.append(f"{stamp_s:.9f} {tx:.9g} {ty:.9g} {tz:.9g} "
+        lines.append(f"{stamp_s:.6f} {tx:.9g} {ty:.9g} {tz:.9g} "
                      f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
     Path(path).write_text("".join(lines))
 
