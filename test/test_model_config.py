@@ -58,3 +58,14 @@ def test_unknown_preset_and_missing_file(tmp_path):
         ModelConfig.preset("huge")
     with pytest.raises(ConfigError, match="no such config file"):
         ModelConfig.from_json(tmp_path / "none.json")
+
+
+def test_from_name_takes_a_preset_or_a_json_file(tmp_path):
+    assert ModelConfig.from_name("tiny") == ModelConfig.preset("tiny")
+    path = tmp_path / "arch"                      # an existing file without the .json suffix
+    path.write_text(json.dumps({"arch": ModelConfig.preset("tiny").to_dict()}))
+    assert ModelConfig.from_name(str(path)) == ModelConfig.preset("tiny")
+    with pytest.raises(ConfigError, match="no such config file"):
+        ModelConfig.from_name(str(tmp_path / "missing" / "arch"))   # a path, not a preset name
+    with pytest.raises(ConfigError, match="unknown model preset"):
+        ModelConfig.from_name("lingbot-mapp")

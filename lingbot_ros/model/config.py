@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Union
@@ -74,6 +75,14 @@ class ModelConfig:
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; known: {sorted(PRESETS)}")
         return PRESETS[name]
+
+    @classmethod
+    def from_name(cls, name: str) -> "ModelConfig":
+        """A preset name, or a JSON file (anything ending in .json, holding a path separator, or
+        naming an existing file): the one rule the command-line tools and the node share."""
+        if name.endswith(".json") or os.path.sep in name or Path(name).is_file():
+            return cls.from_json(name)
+        return cls.preset(name)
 
     @classmethod
     def from_json(cls, source: Union[str, Path, Mapping[str, Any]]) -> "ModelConfig":

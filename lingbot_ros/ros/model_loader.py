@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from lingbot_ros.ros.params import NodeConfig
 
@@ -31,9 +30,7 @@ def model_config(cfg: NodeConfig):
     from lingbot_ros.model import ModelConfig
 
     name = cfg.model_config or ("lingbot-map" if cfg.checkpoint else "tiny")
-    if name.endswith(".json") or os.path.sep in name:
-        return ModelConfig.from_json(name), name
-    return ModelConfig.preset(name), name
+    return ModelConfig.from_name(name), name
 
 
 def load(cfg: NodeConfig) -> LoadedModel:

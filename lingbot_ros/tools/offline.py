@@ -123,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_model(args: argparse.Namespace):
-    if args.config.endswith(".json") or Path(args.config).is_file():
-        config = ModelConfig.from_json(args.config)
-    else:
-        config = ModelConfig.preset(args.config)
-    model = build_model(config, device=args.device)
+    model = build_model(ModelConfig.from_name(args.config), device=args.device)
     if args.checkpoint is not None:
         load_checkpoint(model, args.checkpoint)
     else:
