@@ -261,7 +261,7 @@ class PagedKVCache:
             write_pages=device_values[:f], copy_src=device_values[f:a],
             copy_dst=device_values[a:b], pages=device_values[b:c],
             host_pages=host[b:c], host_qo_indptr=host[c:c + 2], host_kv_indptr=host[c + 2:c + 4],
-            host_last_page_len=host[c + 4:c + 5], last_page_len=last_page_len)
+            host_last_page_len=host[c + 4:c + 5])
         self._backend.plan(table)
         self._uploader.done()
         return table

@@ -24,7 +24,6 @@ class StepTable:
     host_qo_indptr: torch.Tensor      # [2] int32 host: [0, T]
     host_kv_indptr: torch.Tensor      # [2] int32 host: [0, m]
     host_last_page_len: torch.Tensor  # [1] int32 host: tokens in the last visible page
-    last_page_len: int
 
 
 class IndexUploader:
