@@ -4,6 +4,9 @@ Streams `--frames` frames into the cache (begin_step + write per layer, no atten
 pages hold data), then times `--repeats` keyframe steps and reports per step:
 host ms (Python time of begin_step + all attends, device not synchronised inside the step),
 of which begin_step alone, and device ms (CUDA events around the step; GPU only).
+With a backend that supports CUDA graphs (FlashInfer) a second row per frame count replays the
+24 layers' writes + attention as one captured graph after each begin_step, as the streaming
+session does: host work is then begin_step + one graph launch.
 
     python bench/cache_step.py                      # released sizes on CUDA: 24 x 1005 tok, 16 x 64
     python bench/cache_step.py --smoke              # small CPU run, a few seconds
@@ -63,7 +66,19 @@ def main() -> None:
             for layer in range(spec.num_layers):
                 cache.write(layer, k, v)
 
-    def timed_step() -> tuple[float, float, float | None]:
+    graph: dict = {"version": None, "graph": None}
+
+    def launch_graph() -> None:
+        if cache.buffers_version != graph["version"]:
+            for layer in range(spec.num_layers):   # warm-up; the replay rewrites the same values
+                cache.attend(layer, q, k, v)
+            graph["graph"], graph["version"] = torch.cuda.CUDAGraph(), cache.buffers_version
+            with torch.cuda.graph(graph["graph"]):
+                for layer in range(spec.num_layers):
+                    cache.attend(layer, q, k, v)
+        graph["graph"].replay()
+
+    def timed_step(use_graph: bool = False) -> tuple[float, float, float | None]:
         if cuda:
             torch.cuda.synchronize()   # empty queue: host time is launch overhead only
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -71,8 +86,11 @@ def main() -> None:
         t0 = time.perf_counter()
         cache.begin_step(1)
         t1 = time.perf_counter()
-        for layer in range(spec.num_layers):
-            cache.attend(layer, q, k, v)
+        if use_graph:
+            launch_graph()
+        else:
+            for layer in range(spec.num_layers):
+                cache.attend(layer, q, k, v)
         t2 = time.perf_counter()
         if not cuda:
             return (t2 - t0) * 1e3, (t1 - t0) * 1e3, None
@@ -84,22 +102,26 @@ def main() -> None:
           f"backend {cache.backend}, {spec.dtype}, {spec.num_layers} layers x {spec.tokens_per_frame} "
           f"tokens, {spec.num_heads} x {spec.head_dim} heads, window {spec.sliding_window} + "
           f"{spec.scale_frames} anchors, {args.repeats} timed steps per row\n")
-    print("| frames before | visible KV tokens | host ms/step | of which begin_step ms "
+    print("| frames before | layers run as | visible KV tokens | host ms/step | of which begin_step ms "
           "| device ms/step | pool GiB |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    modes = [False, True] if cuda and cache.supports_graphs else [False]
     streamed = 0
-    timed_step()                       # untimed warm-up (first plan, kernel selection / JIT)
-    streamed += 1
+    for use_graph in modes:            # untimed warm-up (first plan, kernel selection / JIT, capture)
+        timed_step(use_graph)
+        streamed += 1
     for target in sorted(int(n) for n in args.frames.split(",")):
         fill(max(0, target - streamed))
         streamed = max(streamed, target)
-        rows = [timed_step() for _ in range(args.repeats)]
-        streamed += args.repeats
-        host, begin, dev = (statistics.median(r[i] for r in rows) if rows[0][i] is not None else None
-                            for i in range(3))
-        stats = cache.stats()
-        print(f"| {target} | {cache.step_table.num_kv_tokens:,} | {host:.3f} | {begin:.3f} | "
-              f"{'-' if dev is None else f'{dev:.2f}'} | {stats.bytes_allocated / 2**30:.2f} |")
+        for use_graph in modes:
+            rows = [timed_step(use_graph) for _ in range(args.repeats)]
+            streamed += args.repeats
+            host, begin, dev = (statistics.median(r[i] for r in rows) if rows[0][i] is not None else None
+                                for i in range(3))
+            stats = cache.stats()
+            print(f"| {target} | {'one CUDA graph' if use_graph else 'eager'} | "
+                  f"{cache.step_table.num_kv_tokens:,} | {host:.3f} | {begin:.3f} | "
+                  f"{'-' if dev is None else f'{dev:.2f}'} | {stats.bytes_allocated / 2**30:.2f} |")
 
 
 if __name__ == "__main__":

@@ -14,13 +14,15 @@ class TorchAttention:
     """Non-causal attention of the step's queries over the visible pages (gather + SDPA)."""
 
     name = "torch"
+    supports_graphs = False   # the gather's length follows the visible tokens
+    generation = 0
 
     def __init__(self, spec: CacheSpec) -> None:
         self.spec = spec
         self._slots = torch.arange(spec.tokens_per_frame, device=spec.device)  # [P]
         self._rows: torch.Tensor | None = None   # [2 * Tk] pool rows: K rows then V rows
 
-    def plan(self, table: StepTable) -> None:
+    def plan(self, table: StepTable, num_pool_pages: int) -> None:
         """Once per step: the pool rows of every visible token (device ops, no host sync)."""
         per_page = self.spec.tokens_per_frame
         k_rows = (table.pages[:, None] * (2 * per_page) + self._slots).view(-1)

@@ -9,6 +9,9 @@ paged layout), and ONE page bookkeeping shared by all layers:
 
 Per step: `begin_step` does all host work once (pages, evictions, special-token copies, page
 table, one upload, the backend's plan); `attend(layer, ...)` then only launches device work.
+Single-frame steps keep their index tensors at fixed device addresses (special-token copies
+padded to a fixed count), so that the device work of all layers can be captured once as a CUDA
+graph and replayed while `buffers_version` stays the same.
 Attention sees, in this page order: anchors, window (current frames included), the scratch page
 (non-keyframes only), special pages (only the last page may be partial).
 """
@@ -72,6 +75,7 @@ class PagedKVCache:
         self._special = SpecialStream(spec.tokens_per_frame, spec.patch_pages,
                                       spec.special_chunk_pages, spec.max_special_tokens)
         self._pools = [self._new_pool(spec.base_pages) for _ in range(spec.num_layers)]
+        self._pools_version = 0
         self._uploader = IndexUploader(spec.device, self._index_capacity())
         self._step: StepTable | None = None
 
@@ -89,6 +93,17 @@ class PagedKVCache:
         """The current step's page table (None between steps). Its host tensors are reused
         two steps later."""
         return self._step
+
+    @property
+    def supports_graphs(self) -> bool:
+        """Whether the backend's attention can be captured in a CUDA graph (FlashInfer)."""
+        return self._backend.supports_graphs
+
+    @property
+    def buffers_version(self) -> tuple[int, int, int]:
+        """Changes whenever a tensor that a step's device work reads or writes is reallocated
+        (pools, index buffers, the backend's graph buffers): a captured graph is stale then."""
+        return self._pools_version, self._uploader.generation, self._backend.generation
 
     def layer_pool(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s pool `[pages, 2, P, H, D]` (for checks; reallocated on growth)."""
@@ -166,6 +181,7 @@ class PagedKVCache:
             for layer in range(self.spec.num_layers):
                 self._pools[layer] = None   # free before allocating: peak stays one layer
                 self._pools[layer] = self._new_pool(self.spec.base_pages)
+            self._pools_version += 1
         self._step = None
 
     def stats(self) -> CacheStats:
@@ -247,22 +263,28 @@ class PagedKVCache:
         visible += special.visible_pages()
         last_page_len = special.last_page_len
         num_kv_tokens = (len(visible) - 1) * per_page + last_page_len
+        pad = spec.specials_per_evicted_frame
+        static = num_frames == 1 and len(copies) <= pad
+        if static:
+            # Fixed layout for every single-frame step: no-op copies of a scratch-page row onto
+            # itself fill the copy slots (the step's own writes come after the copies).
+            copies = copies + [(spec.scratch_page, 0, spec.scratch_page, 0)] * (pad - len(copies))
         stride = 2 * per_page
         src = [page * stride + slot for page, slot, _, _ in copies]
         dst = [page * stride + slot for _, _, page, slot in copies]
         values = (write_pages + src + [row + per_page for row in src]
                   + dst + [row + per_page for row in dst]
                   + visible + [0, num_frames * per_page, 0, len(visible), last_page_len])
-        host, device_values = self._uploader.upload(values)
+        host, device_i32, device_values = self._uploader.upload(values)
         f, n, m = len(write_pages), len(copies), len(visible)
         a, b, c = f + 2 * n, f + 4 * n, f + 4 * n + m
         table = StepTable(
             num_frames=num_frames, num_queries=num_frames * per_page, num_kv_tokens=num_kv_tokens,
             write_pages=device_values[:f], copy_src=device_values[f:a],
-            copy_dst=device_values[a:b], pages=device_values[b:c],
+            copy_dst=device_values[a:b], pages=device_values[b:c], pages_i32=device_i32[b:c],
             host_pages=host[b:c], host_qo_indptr=host[c:c + 2], host_kv_indptr=host[c + 2:c + 4],
-            host_last_page_len=host[c + 4:c + 5])
-        self._backend.plan(table)
+            host_last_page_len=host[c + 4:c + 5], static=static)
+        self._backend.plan(table, self._pools[0].shape[0])
         self._uploader.done()
         return table
 
@@ -284,6 +306,7 @@ class PagedKVCache:
             grown[:old.shape[0]].copy_(old)
             self._pools[layer] = grown
             del old
+        self._pools_version += 1
         self._special.num_pages += extra
 
     def _new_pool(self, num_pages: int) -> torch.Tensor:

@@ -20,18 +20,26 @@ class StepTable:
     copy_src: torch.Tensor     # [2n] int64 device: pool rows of evicted specials (K rows, V rows)
     copy_dst: torch.Tensor     # [2n] int64 device: their rows in the special stream
     pages: torch.Tensor        # [m] int64 device: visible pages in attention order
+    pages_i32: torch.Tensor    # [m] int32 device: the same (FlashInfer's index dtype)
     host_pages: torch.Tensor   # [m] int32 host: the same (FlashInfer plans from host tensors)
     host_qo_indptr: torch.Tensor      # [2] int32 host: [0, T]
     host_kv_indptr: torch.Tensor      # [2] int32 host: [0, m]
     host_last_page_len: torch.Tensor  # [1] int32 host: tokens in the last visible page
+    # Single-frame step with its index tensors at the fixed offsets every such step uses (the
+    # special-token copies padded to a fixed count): its device work can replay a CUDA graph.
+    static: bool = False
 
 
 class IndexUploader:
     """Two host buffers (pinned on CUDA) used in turn, each guarded by an event, so that the
-    host can fill one while the device may still be copying from the other."""
+    host can fill one while the device may still be copying from the other. Every step lands
+    in the same device buffer, so a step's index tensors sit at fixed addresses as long as
+    their offsets are fixed (what a captured CUDA graph needs); `generation` counts the times
+    that buffer was reallocated."""
 
     def __init__(self, device: torch.device, capacity: int) -> None:
         self.device = device
+        self.generation = 0
         self._cuda = device.type == "cuda"
         self._slot = 0
         self._buffers: list[torch.Tensor] = []
@@ -43,19 +51,25 @@ class IndexUploader:
         # blocks alive until their recorded copies finish, so dropping them is safe.
         self._buffers = [torch.empty(capacity, dtype=torch.int32, pin_memory=self._cuda)
                          for _ in range(2)]
+        self._device32 = torch.empty(capacity, dtype=torch.int32, device=self.device)
+        self._device64 = torch.empty(capacity, dtype=torch.int64, device=self.device)
+        self.generation += 1
 
-    def upload(self, values: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (host int32 view, device int64 copy) of `values`. Call `done()` after the
-        last use of the host view in this step (planning)."""
+    def upload(self, values: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns (host int32, device int32, device int64) views of `values`. Call `done()`
+        after the last use of the host view in this step (planning)."""
         if self._cuda:
             # Blocks only if the device is still two steps behind on this buffer.
             self._events[self._slot].synchronize()
         if len(values) > self._buffers[0].numel():
             self._reserve(2 * len(values))
-        host = self._buffers[self._slot][:len(values)]
+        n = len(values)
+        host = self._buffers[self._slot][:n]
         host.copy_(torch.tensor(values, dtype=torch.int32))
-        device_values = host.to(self.device, non_blocking=True).long()
-        return host, device_values
+        device32, device64 = self._device32[:n], self._device64[:n]
+        device32.copy_(host, non_blocking=True)
+        device64.copy_(device32)
+        return host, device32, device64
 
     def done(self) -> None:
         if self._cuda:
