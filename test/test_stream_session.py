@@ -149,23 +149,29 @@ def test_streaming_equals_block_causal_batch(model, frames):
     torch.testing.assert_close(torch.stack([r.depth for r in streamed]), depth[..., 0], rtol=1e-4, atol=1e-5)
 
 
-def test_camera_cache_grows_and_rolls_back():
-    cache = CameraKVCache(num_caches=2, num_heads=2, head_dim=4, device="cpu", capacity=2)
+@pytest.mark.parametrize("static", [False, True])
+def test_camera_cache_grows_and_rolls_back(static):
+    # static: single-frame calls write at a device row and mask the rows past the visible length
+    # (the CUDA-graph form); a multi-frame call (phase 1) takes the sliced path either way.
+    cache = CameraKVCache(num_caches=2, num_heads=2, head_dim=4, device="cpu", capacity=2, static=static)
     gen = torch.Generator().manual_seed(0)
-    ks, vs = [], []
-    for step in range(5):
+    q, k, v = (torch.randn(1, 2, 2, 4, generator=gen) for _ in range(3))
+    cache.begin_step(2, store=True)
+    torch.testing.assert_close(cache.attend(1, q, k, v), dense_attend(q, k, v))
+    ks, vs = [k], [v]
+    for step in range(4):
         q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
         cache.begin_step(1, store=True)
         out = cache.attend(1, q, k, v)
         ks.append(k), vs.append(v)
         torch.testing.assert_close(out, dense_attend(q, torch.cat(ks, 1), torch.cat(vs, 1)))
-    assert cache.length == 5 and cache.capacity == 8
+    assert cache.length == 6 and cache.capacity == 8 and cache.generation == 2
     cache.rollback_last_frame()
     q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
     cache.begin_step(1, store=False)
     out = cache.attend(1, q, k, v)
     torch.testing.assert_close(out, dense_attend(q, torch.cat(ks[:4] + [k], 1), torch.cat(vs[:4] + [v], 1)))
-    assert cache.length == 4
+    assert cache.length == 5
 
 
 def test_bfloat16_runs_close_to_float32(model, frames):

@@ -2,6 +2,10 @@
 
 Every stored frame enters all caches at once, so one shared length describes them all. Storage is a
 preallocated buffer whose capacity doubles when full; nothing is concatenated per frame.
+
+With `static=True`, single-frame calls keep fixed shapes: the write row and the visible length live
+in device tensors and attention runs over the whole capacity with the rows past the length masked
+out, so a CUDA graph of the call stays valid until the capacity grows (`generation` counts that).
 """
 from __future__ import annotations
 
@@ -16,12 +20,19 @@ class CameraCacheEmpty(RuntimeError):
 
 class CameraKVCache:
     def __init__(self, num_caches: int, num_heads: int, head_dim: int, device, capacity: int = 64,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, static: bool = False):
         shape = (num_caches, capacity, num_heads, head_dim)
-        self.k = torch.empty(shape, device=device, dtype=dtype)
-        self.v = torch.empty(shape, device=device, dtype=dtype)
+        # Zeroed: masked rows still enter the fixed-shape matmuls, and 0 * NaN garbage is NaN.
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.length = 0        # stored frames
         self._end = 0          # stored frames + this call's frames (visible to this call)
+        self.static = static
+        self.generation = 0
+        self._static_step = False
+        self._row = torch.zeros(1, dtype=torch.int64, device=device)   # static: this call's row
+        self._visible = torch.zeros((), dtype=torch.int64, device=device)  # static: rows visible
+        self._rows = torch.arange(capacity, device=device)
 
     @property
     def capacity(self) -> int:
@@ -34,9 +45,18 @@ class CameraKVCache:
             self._grow(self._end)
         if store:
             self.length = self._end
+        self._static_step = self.static and num_frames == 1
+        if self._static_step:
+            self._row.fill_(self._end - 1)
+            self._visible.fill_(self._end)
 
     def attend(self, slot: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v [1, F, H, D] (this call's frames as one sequence) -> [1, F, H, D]."""
+        if self._static_step:
+            self.k[slot].index_copy_(0, self._row, k[0])
+            self.v[slot].index_copy_(0, self._row, v[0])
+            mask = self._rows < self._visible                                 # [capacity]
+            return dense_attend(q, self.k[slot, None], self.v[slot, None], mask)
         start = self._end - q.shape[1]
         self.k[slot, start:self._end] = k[0]
         self.v[slot, start:self._end] = v[0]
@@ -61,4 +81,7 @@ class CameraKVCache:
             old = getattr(self, name)
             new = old.new_empty((old.shape[0], capacity) + tuple(old.shape[2:]))
             new[:, :self.length] = old[:, :self.length]
+            new[:, self.length:] = 0
             setattr(self, name, new)
+        self._rows = torch.arange(capacity, device=self.k.device)
+        self.generation += 1

@@ -35,10 +35,11 @@ class CameraHead(nn.Module):
                                    for _ in range(ch.trunk_depth))
         self.pose_branch = Mlp(D, D // 2, POSE_DIM)
 
-    def new_cache(self, num_iterations: int, device, capacity: int = 64) -> CameraKVCache:
+    def new_cache(self, num_iterations: int, device, capacity: int = 64,
+                  static: bool = False) -> CameraKVCache:
         D = self.token_norm.normalized_shape[0]
         return CameraKVCache(num_iterations * self.trunk_depth, self.num_heads, D // self.num_heads,
-                             device, capacity)
+                             device, capacity, static=static)
 
     def forward(self, camera_tokens: torch.Tensor, cache: CameraKVCache,
                 num_iterations: int) -> torch.Tensor:
