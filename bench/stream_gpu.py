@@ -78,14 +78,16 @@ def run_variant(model, name: str, settings: StreamSettings, frames: int, pattern
             r.pose_enc, r.depth  # noqa: B018 - the outputs whose readiness we time
         sync(device)
         dt = (time.perf_counter() - t0) * 1e3
-        if warmup_s is None and results:
+        if warmup_s is None and i == settings.num_scale_frames:   # phase 1 + first captured frame
             warmup_s = time.perf_counter() - warm_start
         if i >= settings.num_scale_frames:
             times_ms.append(dt)
         if device.startswith("cuda") and i + 1 in (100, frames):
             mem_at[i + 1] = torch.cuda.memory_allocated()
-    stats = session.stats()["kv_cache"]
+    session_stats = session.stats()
+    stats = session_stats["kv_cache"]
     out = {"name": name, "times": times_ms, "warmup_s": warmup_s or 0.0, "mem_at": mem_at, "stats": stats,
+           "captures": session_stats["graph_captures"], "capture_s": session_stats["graph_capture_seconds"],
            "peak": torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0,
            "reserved": torch.cuda.memory_reserved() if device.startswith("cuda") else 0}
     del session
@@ -143,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=518)
     ap.add_argument("--dtype", default="auto", help="session dtype policy: auto (bf16 on CUDA) or float32")
     ap.add_argument("--backend", default="auto", help="global attention backend: auto, torch or flashinfer")
+    ap.add_argument("--no-graphs", action="store_true", help="eager frame steps only (no CUDA graphs)")
     ap.add_argument("--sync-check-frames", type=int, default=5,
                     help="phase-2 frames streamed under torch's sync debug mode (CUDA only; 0 = skip)")
     ap.add_argument("--no-write", action="store_true", help="do not append the table to bench/README.md")
@@ -153,7 +156,8 @@ def main(argv=None) -> int:
     model = build_model(ModelConfig.preset(args.preset), device=args.device)
     build_s = time.perf_counter() - t0
     base = dict(num_scale_frames=8, keyframe_interval=1, camera_num_iterations=4, sliding_window=64,
-                scale_frames=8, dtype=args.dtype, attention_backend=args.backend)
+                scale_frames=8, dtype=args.dtype, attention_backend=args.backend,
+                cuda_graphs=not args.no_graphs)
     variants = [
         ("default", StreamSettings(**base), args.frames, "plain"),
         ("keyframe interval 4", StreamSettings(**{**base, "keyframe_interval": 4}), args.variant_frames, "plain"),
@@ -161,22 +165,25 @@ def main(argv=None) -> int:
         ("deferred eviction + rollback", StreamSettings(**{**base, "defer_evictions": True}), args.variant_frames,
          "motion"),
     ]
+    if not args.no_graphs:
+        variants.append(("eager (CUDA graphs off)", StreamSettings(**{**base, "cuda_graphs": False}),
+                         args.variant_frames, "plain"))
     rows = []
     for name, settings, frames, pattern in variants:
         print(f"running {name}: {frames} frames", file=sys.stderr, flush=True)
         rows.append(run_variant(model, name, settings, frames, pattern, args.device, args.height, args.width))
 
     gib = 1024 ** 3
-    lines = ["| run | frames | median ms | p99 ms | p99/median | FPS | warm-up s | per-segment medians (ms) |"
-             " allocated GiB (f100 / end) | peak GiB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| run | frames | median ms | p99 ms | p99/median | FPS | warm-up s | graph captures (s) |"
+             " per-segment medians (ms) | allocated GiB (f100 / end) | peak GiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         t = r["times"]
         med, p99 = statistics.median(t), percentile(t, 99)
         edges = [0, 100, 500, 1000, 1500, 2000] if len(t) > 500 else [0, 100, len(t)]
         mem = " / ".join(f"{v / gib:.2f}" for v in r["mem_at"].values()) or "-"
         lines.append(f"| {r['name']} | {len(t)} | {med:.1f} | {p99:.1f} | {p99 / med:.2f} | {1e3 / med:.1f} | "
-                     f"{r['warmup_s']:.1f} | {segment_medians(t, edges)} | {mem} | {r['peak'] / gib:.2f} |")
+                     f"{r['warmup_s']:.1f} | {r['captures']} ({r['capture_s']:.2f}) | {segment_medians(t, edges)} | {mem} | {r['peak'] / gib:.2f} |")
     main_run = rows[0]
     st = main_run["stats"]
     lines.append("")

@@ -14,6 +14,7 @@ import torch
 from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache
 from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
 from ..model.lingbot_map import LingBotMap
+from .frame_graph import FrameGraph
 from .results import FrameResult
 from .settings import StreamSettings
 
@@ -31,8 +32,11 @@ class StreamingSession:
         self.config = model.config
         self.device = model.device
         self.compute_dtype = self.settings.compute_dtype(self.device)
-        self._camera = model.camera_head.new_cache(self.settings.camera_num_iterations, self.device)
+        use_graphs = self.settings.cuda_graphs and self.device.type == "cuda"
+        self._camera = model.camera_head.new_cache(self.settings.camera_num_iterations, self.device,
+                                                   static=use_graphs)
         self._cache: Optional[PagedKVCache] = None
+        self._graph: Optional[FrameGraph] = None   # phase-2 frame step, built with the cache
         self._image_hw: Optional[tuple[int, int]] = None
         self.reset()
 
@@ -109,6 +113,8 @@ class StreamingSession:
             "camera_cache_frames": self._camera.length,
             "camera_cache_bytes": self._camera.nbytes(),
             "kv_cache": self._cache.stats() if self._cache is not None else None,
+            "graph_captures": self._graph.captures if self._graph is not None else 0,
+            "graph_capture_seconds": self._graph.capture_seconds if self._graph is not None else 0.0,
         }
 
     @property
@@ -151,6 +157,8 @@ class StreamingSession:
                 max_special_tokens=s.max_special_tokens, dtype=self.compute_dtype, device=self.device)
             self._cache = PagedKVCache(spec, backend=s.attention_backend)
             self._cache.defer_evictions = s.defer_evictions
+            self._graph = (FrameGraph(self._forward, (1, 3, H, W), self.device)
+                           if self._camera.static and self._cache.supports_graphs else None)
         return self._cache
 
     def _begin_global_step(self, cache: PagedKVCache, num_frames: int, store: bool) -> None:
@@ -180,26 +188,24 @@ class StreamingSession:
     @torch.no_grad()
     def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
         F, _, H, W = images.shape
-        m, t0 = self.model, self._stored
+        t0 = self._stored
         cache = self._global_cache()
-        # A non-keyframe shares its time index with the next keyframe (spec 8.2).
-        time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
         self._begin_global_step(cache, F, store)
+        self._camera.begin_step(F, store)
         if t0 + F > self.config.max_frame_num and not self._warned_rope_range:
             self._warned_rope_range = True
             log.warning("3D-RoPE time index %d passes the trained range max_frame_num=%d; computing the "
                         "rotations anyway (upstream would stop here)", t0 + F - 1, self.config.max_frame_num)
-        with self._autocast():
-            outputs = m.aggregator(images, first_frame=first_frame, scale_slot=scale_slot,
-                                   time_index=time_index, global_attend=self._attend_global)
-        outputs = [o.float() for o in outputs]                                   # heads run in fp32
-        self._camera.begin_step(F, store)
-        poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
-        depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
+        if self._graph is not None and not first_frame and cache.step_table.static:
+            # One graph serves keyframes and non-keyframes alike: they differ only in index data.
+            key = (cache.buffers_version, self._camera.generation)
+            poses, depth, depth_conf, extrinsic, intrinsic, points = self._graph.run(images, t0, key)
+        else:
+            # A non-keyframe shares its time index with the next keyframe (spec 8.2).
+            time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
+            poses, depth, depth_conf, extrinsic, intrinsic, points = self._forward(
+                images, time_index, first_frame=first_frame, scale_slot=scale_slot)
         pose_enc = poses[-1]                                                     # [F, 9]
-        extrinsic = pose_to_extrinsic(pose_enc)
-        intrinsic = pose_to_intrinsic(pose_enc, W, H)
-        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
         results = [FrameResult(index=self._frames_seen + i, is_keyframe=store,
                                time_index=t0 + (i if store else 0), pose_enc=pose_enc[i],
                                pose_enc_list=poses[:, i], extrinsic=extrinsic[i], intrinsic=intrinsic[i],
@@ -210,3 +216,22 @@ class StreamingSession:
         if store:
             self._stored += F
         return results
+
+    def _forward(self, images: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
+                 scale_slot: int = 1) -> tuple[torch.Tensor, ...]:
+        """The device work of one call, after both caches' begin_step: no host sync, no host
+        state change (a CUDA graph captures it). images [F, 3, H, W], time_index float64 [F] ->
+        (activated poses [I, F, 9], depth [F, H, W, 1], confidence [F, H, W], extrinsic
+        [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3])."""
+        _, _, H, W = images.shape
+        m = self.model
+        with self._autocast():
+            outputs = m.aggregator(images, first_frame=first_frame, scale_slot=scale_slot,
+                                   time_index=time_index, global_attend=self._attend_global)
+        outputs = [o.float() for o in outputs]                                   # heads run in fp32
+        poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
+        depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
+        extrinsic = pose_to_extrinsic(poses[-1])
+        intrinsic = pose_to_intrinsic(poses[-1], W, H)
+        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
+        return poses, depth, depth_conf, extrinsic, intrinsic, points

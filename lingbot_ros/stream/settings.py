@@ -28,6 +28,9 @@ class StreamSettings:
     max_special_tokens: Optional[int] = None
     dtype: str = "auto"                # auto: float32 on CPU, bf16 mixed precision on CUDA (spec 14)
     attention_backend: str = "auto"
+    # Phase-2 frame steps replay a captured CUDA graph (CUDA with the FlashInfer backend only;
+    # same outputs, far less host work per frame).
+    cuda_graphs: bool = True
 
     def __post_init__(self):
         def need(ok, msg):
@@ -47,6 +50,7 @@ class StreamSettings:
              f"max_special_tokens must be None or >= 0, got {self.max_special_tokens!r}")
         need(self.dtype == "auto" or self.dtype in DTYPES,
              f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
+        need(isinstance(self.cuda_graphs, bool), f"cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         need(self.attention_backend in BACKENDS,
              f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
 

@@ -1,0 +1,106 @@
+"""stream/frame_graph.py + the caches' fixed-address mode: CUDA-graph replay == eager, on the GPU.
+
+The graph must survive everything the node does between frames: keyframes and non-keyframes,
+deferred eviction with rollback and flush, the special stream's growth and the camera cache's
+doubling (both reallocate buffers the graph reads, so it is captured again), and reset.
+"""
+import importlib.util
+
+import pytest
+import torch
+
+from lingbot_ros.cache import CacheSpec, PagedKVCache
+from lingbot_ros.model import ModelConfig, build_model
+from lingbot_ros.stream import StreamingSession, StreamSettings
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("flashinfer") is None,
+                       reason="needs CUDA and flashinfer"),
+]
+
+H, W = 56, 70   # 4 x 5 patches: 26 tokens per frame, so the special stream grows every 17 frames
+
+
+def settings(**kw):
+    base = dict(num_scale_frames=2, scale_frames=2, sliding_window=3, camera_num_iterations=2,
+                defer_evictions=True)
+    return StreamSettings(**{**base, **kw})
+
+
+def drive(session, frames):
+    """The node's patterns: keyframes, non-keyframes, rolled-back and flushed frames, a reset."""
+    out = []
+    for i, image in enumerate(frames):
+        if i == 60:
+            session.reset()
+        if i % 7 == 3:
+            out += session.step(image, keyframe=False)
+        else:
+            out += session.step(image, keyframe=True)
+            if i % 5 == 4 and session.stats()["frames_stored"] > 2:
+                session.rollback_last_frame()
+            else:
+                session.flush()
+    return out
+
+
+def test_graph_replay_matches_eager_through_growth_rollback_and_reset():
+    model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
+    frames = torch.rand(140, 3, H, W, generator=torch.Generator().manual_seed(2)).cuda()
+    fast = StreamingSession(model, settings())
+    slow = StreamingSession(model, settings(cuda_graphs=False))
+    got, expected = drive(fast, frames), drive(slow, frames)
+    graph = fast._graph
+    # First capture, special-stream growth (several times), camera cache 64 -> 128 rows.
+    assert graph is not None and graph.captures >= 4
+    assert slow._graph is None
+    assert len(got) == len(expected) == 140
+    for a, b in zip(got, expected):
+        assert (a.index, a.is_keyframe, a.time_index) == (b.index, b.is_keyframe, b.time_index)
+        for key in ("pose_enc", "depth", "depth_conf", "world_points"):
+            torch.testing.assert_close(getattr(a, key), getattr(b, key), atol=2e-3, rtol=2e-3,
+                                       msg=lambda m: f"frame {a.index} {key}: {m}")
+
+
+def test_results_outlive_the_next_replay():
+    model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
+    frames = torch.rand(5, 3, H, W, generator=torch.Generator().manual_seed(3)).cuda()
+    session = StreamingSession(model, settings())
+    results = [r for f in frames[:3] for r in session.step(f)]
+    kept = results[-1].depth.clone()
+    session.step(frames[3])
+    session.step(frames[4])
+    torch.testing.assert_close(results[-1].depth, kept, atol=0, rtol=0)
+
+
+# FlashInfer picks FA2 for up to 64 queries and FA3 (Hopper) above: both kernels' graph modes.
+@pytest.mark.parametrize("tokens, heads", [(37, 4), (1005, 16)])
+def test_captured_cache_step_matches_torch_backend(tokens, heads):
+    """The cache alone: all layers' writes + attention of a single-frame step in one graph,
+    replayed after each begin_step, against the torch backend run eagerly."""
+    spec = CacheSpec(num_layers=3, num_heads=heads, head_dim=64, tokens_per_frame=tokens,
+                     scale_frames=2, sliding_window=3, special_chunk_pages=1, dtype=torch.bfloat16,
+                     device="cuda")
+    fast, slow = PagedKVCache(spec, backend="flashinfer"), PagedKVCache(spec, backend="torch")
+    q, k, v = (torch.zeros(tokens, heads, 64, dtype=spec.dtype, device="cuda") for _ in range(3))
+    outs: list[torch.Tensor] = []
+    graph, version = None, None
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for step in range(40):
+        store = step % 6 != 5
+        for cache in (fast, slow):
+            cache.begin_step(1, store=store)
+        assert fast.step_table.static
+        for t in (q, k, v):
+            t.copy_(torch.randn(t.shape, generator=g, device="cuda"))
+        if fast.buffers_version != version:
+            for layer in range(spec.num_layers):   # eager warm-up (same writes as the replay)
+                fast.attend(layer, q, k, v)
+            graph, version = torch.cuda.CUDAGraph(), fast.buffers_version
+            with torch.cuda.graph(graph):
+                outs = [fast.attend(layer, q, k, v) for layer in range(spec.num_layers)]
+        graph.replay()
+        for layer in range(spec.num_layers):
+            torch.testing.assert_close(outs[layer].float(), slow.attend(layer, q, k, v).float(),
+                                       atol=2e-2, rtol=2e-2, msg=lambda m: f"step {step}: {m}")
