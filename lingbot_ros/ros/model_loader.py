@@ -50,7 +50,7 @@ def load(cfg: NodeConfig) -> LoadedModel:
         # The motion policy stores every frame, then keeps it or rolls it back: deferral makes
         # the rollback exact (nothing is evicted until the flush).
         defer_evictions=cfg.keyframe_policy == "motion",
-        dtype=cfg.dtype, attention_backend=cfg.attention_backend)
+        dtype=cfg.dtype, attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs)
     session = StreamingSession(model, settings)
     preprocessor = Preprocessor(target_width=cfg.image_width, device=device)
     checkpoint = cfg.checkpoint or "random weights"

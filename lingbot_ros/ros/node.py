@@ -279,13 +279,15 @@ class MapNode(LifecycleNode):
     # -- worker side --------------------------------------------------------------------------
 
     def _warmup(self) -> str:
-        """One dummy frame through the model so the first real frame pays no start-up cost."""
+        """Dummy frames through both phases so the first real frames pay no start-up cost
+        (kernel JIT, the phase-2 CUDA graph's capture, which survives the reset)."""
         width = self.cfg.image_width
-        dummy = np.full((width * 3 // 4, width, 3), 128, np.uint8)
+        image = self.tracker.preprocessor(np.full((width * 3 // 4, width, 3), 128, np.uint8))
         session = self.tracker.session
         # With num_scale_frames > 1 step() only buffers the frame; closing phase 1 runs it.
-        session.step(self.tracker.preprocessor(dummy))
+        session.step(image)
         session.close_scale_phase()
+        session.step(image)
         session.reset()
         return "warmed up"
 

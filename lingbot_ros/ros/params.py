@@ -33,6 +33,7 @@ class NodeConfig:
     camera_num_iterations: int = 4
     dtype: str = "auto"
     attention_backend: str = "auto"
+    cuda_graphs: bool = True
     warmup: bool = True
     # Keyframes and long runs
     keyframe_policy: str = "interval"
@@ -81,6 +82,8 @@ DESCRIPTIONS = {
     "camera_num_iterations": "camera head refinement iterations",
     "dtype": "auto, float32, float16 or bfloat16",
     "attention_backend": "auto, torch or flashinfer",
+    "cuda_graphs": "replay each frame step as a captured CUDA graph (CUDA with flashinfer; same outputs, "
+                   "far less host work); false runs it eagerly",
     "warmup": "run one dummy frame at activate so the first real frame is not slow",
     "keyframe_policy": "interval (every keyframe_interval-th frame) or motion (optical-flow "
                        "parallax against the last keyframe)",
