@@ -40,7 +40,8 @@ class FrameGraph:
         """One frame step (the caches' begin_step already done) -> fresh copies of the outputs."""
         self._image.copy_(images)
         self._time_index.fill_(time_index)
-        if key != self._key:
+        if self._graph is None or key != self._key:
+            self._key = None   # a capture that raises (e.g. out of memory) leaves no stale graph
             self._capture()
             self._key = key
         self._graph.replay()
@@ -60,7 +61,8 @@ class FrameGraph:
             forward(self._image, self._time_index)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: other threads of the process (the ROS executor) may allocate meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             outputs = forward(self._image, self._time_index)
         self._graph, self._outputs = graph, outputs
         self.captures += 1
