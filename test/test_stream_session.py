@@ -184,6 +184,24 @@ def test_bfloat16_runs_close_to_float32(model, frames):
         assert ((a - b).norm() / b.norm()) < 0.05
 
 
+def test_resident_bfloat16_weights_give_the_autocast_outputs(frames):
+    """store_matmul_weights rounds the weights once, as autocast does at every call: same outputs."""
+    masters = build_model(ModelConfig.preset("tiny"), seed=3)
+    resident = build_model(ModelConfig.preset("tiny"), seed=3).store_matmul_weights(torch.bfloat16)
+    assert resident.aggregator.global_blocks[0].attn.qkv.weight.dtype == torch.bfloat16
+    assert resident.aggregator.global_blocks[0].norm1.weight.dtype == torch.float32
+    assert resident.camera_head.trunk[0].attn.qkv.weight.dtype == torch.float32
+    expected = run(StreamingSession(masters, small(dtype="bfloat16")), frames[:5])
+    got = run(StreamingSession(resident, small(dtype="bfloat16")), frames[:5])
+    assert_same(got, expected, atol=0)
+    with pytest.raises(SettingsError, match="stored in torch.bfloat16"):
+        StreamingSession(resident, small())                      # a float32 session
+    assert resident.store_matmul_weights(torch.bfloat16) is resident
+    with pytest.raises(ValueError, match="build the model again"):
+        resident.store_matmul_weights(torch.float32)
+    assert masters.store_matmul_weights(torch.float32).matmul_dtype == torch.float32
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(num_scale_frames=9, scale_frames=2, sliding_window=6), "exceeds scale_frames \\+ sliding_window"),
     (dict(keyframe_interval=0), "keyframe_interval must be an int >= 1"),

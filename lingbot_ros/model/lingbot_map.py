@@ -19,6 +19,25 @@ class LingBotMap(nn.Module):
         self.aggregator = Aggregator(cfg)
         self.camera_head = CameraHead(cfg)
         self.depth_head = DPTHead(cfg)
+        self.matmul_dtype = torch.float32   # dtype of the aggregator's linear/conv weights
+
+    def store_matmul_weights(self, dtype: torch.dtype) -> "LingBotMap":
+        """Keep the aggregator's linear and convolution weights (and biases) in `dtype`, for
+        inference under autocast to that dtype: autocast would round the float32 masters to the
+        same values at every call (frozen weights are not in its cast cache), a full pass over
+        the weights per frame. Outputs do not change; the weights' memory halves. LayerNorms,
+        LayerScales, tokens and both heads stay float32. Call after loading the checkpoint.
+        float32 keeps float32 weights as they are (rounded weights cannot be restored)."""
+        if dtype == self.matmul_dtype:
+            return self
+        if dtype not in (torch.bfloat16, torch.float16) or self.matmul_dtype != torch.float32:
+            raise ValueError(f"cannot store matmul weights held in {self.matmul_dtype} as {dtype}; "
+                             "build the model again")
+        for module in self.aggregator.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                module.to(dtype)
+        self.matmul_dtype = dtype
+        return self
 
     @torch.no_grad()
     def init_random(self, seed: int = 0) -> "LingBotMap":

@@ -16,7 +16,7 @@ from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_i
 from ..model.lingbot_map import LingBotMap
 from .frame_graph import FrameGraph
 from .results import FrameResult
-from .settings import StreamSettings
+from .settings import SettingsError, StreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,11 @@ class StreamingSession:
         self.config = model.config
         self.device = model.device
         self.compute_dtype = self.settings.compute_dtype(self.device)
+        if model.matmul_dtype not in (torch.float32, self.compute_dtype):
+            raise SettingsError(
+                f"the model's matmul weights are stored in {model.matmul_dtype} "
+                f"(store_matmul_weights) but this session computes in {self.compute_dtype}; "
+                "use that dtype or a model kept in float32")
         use_graphs = self.settings.cuda_graphs and self.device.type == "cuda"
         self._camera = model.camera_head.new_cache(self.settings.camera_num_iterations, self.device,
                                                    static=use_graphs)
@@ -183,7 +188,8 @@ class StreamingSession:
     def _autocast(self):
         if self.compute_dtype == torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+        # No cast cache: casts made while a CUDA graph is captured must live in the graph's pool.
+        return torch.autocast(self.device.type, dtype=self.compute_dtype, cache_enabled=False)
 
     @torch.no_grad()
     def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
