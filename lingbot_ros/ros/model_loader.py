@@ -51,6 +51,7 @@ def load(cfg: NodeConfig) -> LoadedModel:
         # the rollback exact (nothing is evicted until the flush).
         defer_evictions=cfg.keyframe_policy == "motion",
         dtype=cfg.dtype, attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs)
+    model.store_matmul_weights(settings.compute_dtype(model.device))
     session = StreamingSession(model, settings)
     preprocessor = Preprocessor(target_width=cfg.image_width, device=device)
     checkpoint = cfg.checkpoint or "random weights"

@@ -154,6 +154,7 @@ def run(args: argparse.Namespace) -> str:
         num_scale_frames=args.num_scale_frames, keyframe_interval=args.keyframe_interval,
         camera_num_iterations=args.camera_iterations, sliding_window=args.window,
         scale_frames=args.scale_frames)
+    model.store_matmul_weights(settings.compute_dtype(model.device))
     session = StreamingSession(model, settings)
     preprocess = Preprocessor(target_width=args.image_width, device=model.device,
                               exact=args.exact_resize)
