@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                           ("cpu" if args.device == "auto" else args.device))
     cfg = ModelConfig.preset(args.preset)
     t0 = time.perf_counter()
-    model = build_model(cfg, device=device)
+    model = build_model(cfg, device=device, random_init=not args.checkpoint)
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint)
     build_s = time.perf_counter() - t0

@@ -39,6 +39,19 @@ def test_wrapped_and_bare_state_dicts_load(tmp_path, model, saved):
     assert load_checkpoint(build_model(small_config(), seed=2), bare) == []
 
 
+def test_a_model_built_without_random_init_loads_the_same_weights(saved, model):
+    """random_init=False (a checkpoint follows) skips the seeded init; after loading, every weight
+    the model uses equals the checkpoint's, buffers included."""
+    fresh = build_model(small_config(), random_init=False)
+    assert not fresh.training and not any(p.requires_grad for p in fresh.parameters())
+    load_checkpoint(fresh, saved)
+    expected = model.state_dict()
+    got = fresh.state_dict()
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in got)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.buffers(), model.buffers()))
+
+
 def test_missing_file(tmp_path, model):
     with pytest.raises(CheckpointError, match=r"nope\.pt: no such checkpoint file"):
         load_checkpoint(model, tmp_path / "nope.pt")

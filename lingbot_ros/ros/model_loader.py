@@ -40,7 +40,7 @@ def load(cfg: NodeConfig) -> LoadedModel:
 
     device = resolve_device(cfg.device)
     arch, arch_name = model_config(cfg)
-    model = build_model(arch, device=device)
+    model = build_model(arch, device=device, random_init=not cfg.checkpoint)
     if cfg.checkpoint:
         load_checkpoint(model, cfg.checkpoint)
     settings = StreamSettings(

@@ -71,7 +71,7 @@ def run_fixture(ref_dir, threads: int | None = None) -> dict[str, np.ndarray]:
         raise FixtureError(f"{cfg_path}: needs 'arch' and 'run' sections")
     if threads:
         torch.set_num_threads(threads)
-    model = build_model(ModelConfig.from_json(config), device="cpu")
+    model = build_model(ModelConfig.from_json(config), device="cpu", random_init=False)
     load_checkpoint(model, resolve_checkpoint(ref_dir / "ckpt.pt"))
     frames = np.load(ref_dir / "frames.npy")
     if frames.ndim == 5 and frames.shape[0] == 1:

@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_model(args: argparse.Namespace):
-    model = build_model(ModelConfig.from_name(args.config), device=args.device)
+    model = build_model(ModelConfig.from_name(args.config), device=args.device,
+                        random_init=args.checkpoint is None)
     if args.checkpoint is not None:
         load_checkpoint(model, args.checkpoint)
     else:
