@@ -1,14 +1,29 @@
 """map_node end to end: latency from publish to ~/pose, minus the model step, and the highest input
 rate the node sustains without dropping or queueing frames.
 
-The node runs as a subprocess (tiny fixture checkpoint, CPU, newest-frame-wins input as deployed);
-this process publishes 640x480 rgb8 images at increasing rates and listens on ~/pose and ~/status
-(each status carries the model time of the frame it reports). Per rate it prints frames sent /
-processed / dropped and the medians of end-to-end latency, model time and their difference (the
-node's own overhead: transport, decode, preprocessing, output messages).
+The node runs as a subprocess (by default the tiny fixture checkpoint on CPU, input width 112,
+3 scale frames, window 8; newest-frame-wins input as deployed); this process publishes rgb8
+images (640x480 by default) at increasing rates and listens on ~/pose and ~/status (each status
+carries the model time of the frame it reports). Per rate it prints frames sent / processed /
+dropped and the medians of end-to-end latency, model time and their difference (the node's own
+overhead: transport, decode, preprocessing, output messages). A warm-up at 2 Hz (at least 3 s and
+num_scale_frames + 3 frames) precedes the timed rates.
 
   python bench/node_latency.py                       # rates 2 4 8 16 24 32 Hz, 4 s each
   python bench/node_latency.py --rates 5 10 --seconds 6 --image-width 224
+
+Model and node settings map to map_node parameters: --device (device), --model-config
+(model_config: a JSON file or a preset name such as lingbot-map), --checkpoint (checkpoint; `none`
+leaves it unset = random weights), --image-width (image_width, the model input width),
+--num-scale-frames (num_scale_frames), --window (sliding_window); --param NAME:=VALUE adds any
+other parameter. --image-size WxH is the size of the published image; --node-log FILE keeps the
+node's output (discarded by default). On the GPU machine (no ROS there: source the bundle of
+bench/ros_runtime_bundle.sh first, see bench/README.md), the released architecture with random
+weights at the deployed sizes:
+
+  python bench/node_latency.py --device cuda --model-config lingbot-map --checkpoint none \
+      --image-width 518 --image-size 518x378 --num-scale-frames 8 --window 64 \
+      --rates 10 20 30 --seconds 10
 """
 from __future__ import annotations
 
@@ -26,30 +41,77 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO.parent / "shared" / "fixtures" / "tiny_default"
 
 
-def parse_args():
+def _image_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WxH, e.g. 640x480, got '{text}'") from None
+    if width < 1 or height < 1:
+        raise argparse.ArgumentTypeError(f"image size must be positive, got '{text}'")
+    return width, height
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rates", type=float, nargs="+", default=[2, 4, 8, 16, 24, 32])
     parser.add_argument("--seconds", type=float, default=4.0, help="publishing time per rate")
+    parser.add_argument("--device", default="cpu", help="node parameter device (cpu, cuda, cuda:N)")
+    parser.add_argument("--model-config", default=None,
+                        help="JSON file or preset name (e.g. lingbot-map); "
+                             "default: the fixture's config.json")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint .pt, or 'none' for random weights; "
+                             "default: the fixture's ckpt.pt")
     parser.add_argument("--image-width", type=int, default=112, help="model input width")
+    parser.add_argument("--image-size", type=_image_size, default=(640, 480), metavar="WxH",
+                        help="size of the published rgb8 image (default 640x480)")
+    parser.add_argument("--num-scale-frames", type=int, default=3)
+    parser.add_argument("--window", type=int, default=8, help="node parameter sliding_window")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME:=VALUE",
+                        help="extra node parameter (repeatable), e.g. cuda_graphs:=false")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in the node")
+    parser.add_argument("--startup-timeout", type=float, default=None,
+                        help="seconds to wait for the node to come up (default 60 on CPU, 600 "
+                             "otherwise: model build, warm-up and a cold FlashInfer JIT)")
+    parser.add_argument("--node-log", type=Path, default=None,
+                        help="write the node's output to this file (default: discarded)")
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
-    return parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.model_config is None:
+        args.model_config = str(args.fixture / "config.json")
+    elif args.model_config.endswith(".json") or os.path.sep in args.model_config:
+        args.model_config = str(Path(args.model_config).resolve())   # the node runs in REPO
+    if args.checkpoint is None:
+        args.checkpoint = str(args.fixture / "ckpt.pt")
+    elif args.checkpoint.lower() == "none":
+        args.checkpoint = None
+    else:
+        args.checkpoint = str(Path(args.checkpoint).resolve())
+    if args.startup_timeout is None:
+        args.startup_timeout = 60.0 if args.device == "cpu" else 600.0
+    return args
+
+
+def node_params(args) -> list[str]:
+    params = ([f"checkpoint:={args.checkpoint}"] if args.checkpoint else []) + [
+        f"model_config:={args.model_config}", f"device:={args.device}",
+        f"image_width:={args.image_width}", f"num_scale_frames:={args.num_scale_frames}",
+        f"sliding_window:={args.window}", "max_stamp_gap_s:=0.0", "map_publish_period_s:=0.0",
+        "diagnostics_period_s:=1.0"]
+    return params + list(args.param)
 
 
 def start_node(args, env) -> subprocess.Popen:
-    params = [f"checkpoint:={args.fixture / 'ckpt.pt'}", f"model_config:={args.fixture / 'config.json'}",
-              "device:=cpu", f"image_width:={args.image_width}", "num_scale_frames:=3",
-              "sliding_window:=8", "max_stamp_gap_s:=0.0", "map_publish_period_s:=0.0",
-              "diagnostics_period_s:=1.0"]
+    params = node_params(args)
     command = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args"]
     for p in params:
         command += ["-p", p]
-    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
+    log = open(args.node_log, "w") if args.node_log else subprocess.DEVNULL
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
 class Probe:
-    def __init__(self, domain: int):
+    def __init__(self, domain: int, image_size: tuple[int, int] = (640, 480)):
         import rclpy
         from geometry_msgs.msg import PoseStamped
         from rclpy.context import Context
@@ -61,7 +123,8 @@ class Probe:
         from lingbot_ros.msg import MapStatus
 
         self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain)
+        # args=[]: this script's own command line (e.g. --param a:=b) is not for rcl.
+        rclpy.init(args=[], context=self.context, domain_id=domain)
         self.node = rclpy.create_node("node_latency_bench", context=self.context)
         # As a camera driver publishes: best effort, keep last 1.
         self.publisher = self.node.create_publisher(Image, "/map_node/image", qos_profile_sensor_data)
@@ -77,8 +140,9 @@ class Probe:
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)
         self.thread.start()
-        self._image = Image(height=480, width=640, encoding="rgb8", step=640 * 3)
-        self._frames = [np.roll(_texture(), 6 * k, axis=1).tobytes() for k in range(16)]
+        width, height = image_size
+        self._image = Image(height=height, width=width, encoding="rgb8", step=width * 3)
+        self._frames = [np.roll(_texture(width, height), 6 * k, axis=1).tobytes() for k in range(16)]
         self._count = 0
 
     def _on_pose(self, msg) -> None:
@@ -116,11 +180,11 @@ class Probe:
         self.context.try_shutdown()
 
 
-def _texture() -> np.ndarray:
+def _texture(width: int = 640, height: int = 480) -> np.ndarray:
     import cv2
 
     small = (np.random.default_rng(0).random((60, 80, 3)) * 255).astype(np.uint8)
-    return cv2.resize(small, (640, 480), interpolation=cv2.INTER_CUBIC)
+    return cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
 
 
 def _ns(stamp) -> int:
@@ -155,10 +219,31 @@ def run_rate(probe: Probe, rate: float, seconds: float) -> dict:
             "overhead_ms": 1e3 * float(np.median(overhead)) if overhead else float("nan")}
 
 
+def describe(args) -> str:
+    """The table's title line; the default run keeps its original wording."""
+    fixture = (args.checkpoint == str(args.fixture / "ckpt.pt")
+               and args.model_config == str(args.fixture / "config.json"))
+    model = "tiny fixture" if fixture else (
+        f"model {args.model_config}, {'random weights' if args.checkpoint is None else args.checkpoint}")
+    device = "CPU" if args.device == "cpu" else args.device
+    width, height = args.image_size
+    settings = ("" if (args.num_scale_frames, args.window) == (3, 8) else
+                f", {args.num_scale_frames} scale frames, window {args.window}")
+    extra = "".join(f", {p}" for p in args.param)
+    return (f"map_node, {model} on {device} ({args.threads} torch thread), input width "
+            f"{args.image_width}{settings}{extra}, {width}x{height} rgb8 best effort, newest frame wins")
+
+
 def main() -> int:
     args = parse_args()
-    if not (args.fixture / "ckpt.pt").exists():
-        print(f"fixture checkpoint not found under {args.fixture}", file=sys.stderr)
+    if args.checkpoint and not Path(args.checkpoint).exists():
+        if args.checkpoint == str(args.fixture / "ckpt.pt"):
+            print(f"fixture checkpoint not found under {args.fixture}", file=sys.stderr)
+        else:
+            print(f"checkpoint {args.checkpoint} not found", file=sys.stderr)
+        return 2
+    if args.model_config.endswith(".json") and not Path(args.model_config).exists():
+        print(f"model config {args.model_config} not found", file=sys.stderr)
         return 2
     domain = 60 + os.getpid() % 30
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -166,20 +251,22 @@ def main() -> int:
                OMP_NUM_THREADS=str(args.threads))
     os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = env["FASTDDS_DEFAULT_PROFILES_FILE"]
     node = start_node(args, env)
-    probe = Probe(domain)
+    probe = Probe(domain, args.image_size)
     try:
-        if not probe.wait(lambda: probe.publisher.get_subscription_count() and probe.last_status, 60):
-            print("the node did not come up", file=sys.stderr)
+        up = probe.wait(lambda: node.poll() is not None or (
+            probe.publisher.get_subscription_count() and probe.last_status), args.startup_timeout)
+        if not up or node.poll() is not None:
+            exited = f" (it exited with code {node.returncode})" if node.poll() is not None else ""
+            print(f"the node did not come up{exited}", file=sys.stderr)
             return 1
         # Warm-up: the scale frames (batched poses) and the first window fill are not timed.
-        run_rate(probe, 2.0, 3.0)
+        run_rate(probe, 2.0, max(3.0, (args.num_scale_frames + 3) / 2.0))
         rows = [run_rate(probe, rate, args.seconds) for rate in args.rates]
     finally:
         probe.close()
         node.terminate()
         node.wait(20)
-    print(f"\nmap_node, tiny fixture on CPU ({args.threads} torch thread), input width "
-          f"{args.image_width}, 640x480 rgb8 best effort, newest frame wins\n")
+    print(f"\n{describe(args)}\n")
     print("| input Hz | sent | processed | dropped | e2e latency p50 ms | model p50 ms | e2e - model p50 ms |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
