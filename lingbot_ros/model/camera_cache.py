@@ -31,7 +31,7 @@ class CameraKVCache:
         self.generation = 0
         self._static_step = False
         self._row = torch.zeros(1, dtype=torch.int64, device=device)   # static: this call's row
-        self._visible = torch.zeros((), dtype=torch.int64, device=device)  # static: rows visible
+        self._visible = torch.zeros(capacity, dtype=torch.bool, device=device)  # static: row < end
         self._rows = torch.arange(capacity, device=device)
 
     @property
@@ -47,16 +47,16 @@ class CameraKVCache:
             self.length = self._end
         self._static_step = self.static and num_frames == 1
         if self._static_step:
+            # Once per call, not per cache: every cache of the call sees the same rows.
             self._row.fill_(self._end - 1)
-            self._visible.fill_(self._end)
+            torch.lt(self._rows, self._end, out=self._visible)
 
     def attend(self, slot: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v [1, F, H, D] (this call's frames as one sequence) -> [1, F, H, D]."""
         if self._static_step:
             self.k[slot].index_copy_(0, self._row, k[0])
             self.v[slot].index_copy_(0, self._row, v[0])
-            mask = self._rows < self._visible                                 # [capacity]
-            return dense_attend(q, self.k[slot, None], self.v[slot, None], mask)
+            return dense_attend(q, self.k[slot, None], self.v[slot, None], self._visible)
         start = self._end - q.shape[1]
         self.k[slot, start:self._end] = k[0]
         self.v[slot, start:self._end] = v[0]
@@ -79,9 +79,9 @@ class CameraKVCache:
             capacity *= 2
         for name in ("k", "v"):
             old = getattr(self, name)
-            new = old.new_empty((old.shape[0], capacity) + tuple(old.shape[2:]))
+            new = old.new_zeros((old.shape[0], capacity) + tuple(old.shape[2:]))
             new[:, :self.length] = old[:, :self.length]
-            new[:, self.length:] = 0
             setattr(self, name, new)
         self._rows = torch.arange(capacity, device=self.k.device)
+        self._visible = torch.zeros(capacity, dtype=torch.bool, device=self.k.device)
         self.generation += 1
