@@ -21,7 +21,7 @@ class StepTable:
     copy_dst: torch.Tensor     # [2n] int64 device: their rows in the special stream
     pages: torch.Tensor        # [m] int64 device: visible pages in attention order
     pages_i32: torch.Tensor    # [m] int32 device: the same (FlashInfer's index dtype)
-    host_pages: torch.Tensor   # [m] int32 host: the same (FlashInfer plans from host tensors)
+    host_pages: torch.Tensor   # [m] int32 host: the same (for checks and diagnostics)
     host_qo_indptr: torch.Tensor      # [2] int32 host: [0, T]
     host_kv_indptr: torch.Tensor      # [2] int32 host: [0, m]
     host_last_page_len: torch.Tensor  # [1] int32 host: tokens in the last visible page

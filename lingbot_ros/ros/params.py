@@ -84,7 +84,8 @@ DESCRIPTIONS = {
     "attention_backend": "auto, torch or flashinfer",
     "cuda_graphs": "replay each frame step as a captured CUDA graph (CUDA with flashinfer; same outputs, "
                    "far less host work); false runs it eagerly",
-    "warmup": "run one dummy frame at activate so the first real frame is not slow",
+    "warmup": "run dummy frames through both phases at activate (kernel builds, CUDA graph capture) "
+              "so the first real frames are not slow",
     "keyframe_policy": "interval (every keyframe_interval-th frame) or motion (optical-flow "
                        "parallax against the last keyframe)",
     "keyframe_interval": "keyframe every N frames (interval policy)",
