@@ -1,4 +1,6 @@
 """cache/: one mechanism at a time (spec, page pool, patch stream, special stream, cache)."""
+import math
+
 import pytest
 import torch
 
@@ -312,3 +314,31 @@ def test_stats_bytes():
     for seed in range(4):                    # 3 stored, 1 evicted (2 specials)
         run_step(cache, seed=seed)
     assert cache.stats().bytes_in_use == 3 * spec.page_bytes + 2 * spec.token_bytes
+
+
+def test_partial_attention_merge_equals_attention_over_the_union():
+    """The KV-split merge of the FlashInfer backend, on the CPU: attention over disjoint key runs
+    (an empty one included) with base-2 log-sum-exps, merged, == attention over all keys."""
+    from lingbot_ros.cache.attention_flashinfer import merge_partials
+    g = torch.Generator().manual_seed(0)
+    T, H, D = 5, 3, 8
+    q, k, v = (torch.randn(n, H, D, generator=g) for n in (T, 23, 23))
+    scale = D ** -0.5
+    outs, lses = [], []
+    for lo, hi in [(0, 7), (7, 7), (7, 16), (16, 23)]:
+        logits = torch.einsum("thd,khd->htk", q, k[lo:hi]) * scale              # [H, T, n]
+        outs.append(torch.einsum("htk,khd->thd", logits.softmax(-1), v[lo:hi]).nan_to_num())
+        lses.append((logits.logsumexp(-1) / math.log(2)).transpose(0, 1))      # [T, H], -inf if empty
+    merged = merge_partials(torch.stack(outs), torch.stack(lses))
+    expected = torch.einsum("htk,khd->thd", (torch.einsum("thd,khd->htk", q, k) * scale).softmax(-1), v)
+    torch.testing.assert_close(merged, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("queries, heads, head_dim, sms, splits", [
+    (1005, 16, 64, 132, 4),    # released model on an H200: 96 work items -> 4 x 96 in 3 waves
+    (6336, 16, 64, 132, 1),    # 528 items: 4 full waves already
+    (37, 4, 64, 132, 8),       # far too little work: as many splits as allowed
+])
+def test_kv_splits_fill_the_gpu(queries, heads, head_dim, sms, splits):
+    from lingbot_ros.cache.attention_flashinfer import kv_splits_for
+    assert kv_splits_for(queries, heads, head_dim, sms) == splits

@@ -3,6 +3,8 @@ fp16/bf16). `flashinfer` is imported only when this backend is built."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .spec import CacheSpec
@@ -10,6 +12,32 @@ from .step_table import StepTable
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's documented default for its scratch space
 HEAD_DIMS = (64, 128, 256)           # head sizes FlashInfer's prebuilt/JIT kernels are made for
+MAX_KV_SPLITS = 8
+
+
+def kv_splits_for(num_queries: int, num_heads: int, head_dim: int, num_sms: int) -> int:
+    """Requests a single-frame step's visible pages are split into. FlashInfer's Hopper kernel
+    (FA3) gives each (tile of queries, head, request) one work item and does not split a long
+    KV itself: one frame of the released model (1005 queries in tiles of 192, 16 heads) makes
+    96 items for 132 SMs, a quarter of the GPU idle. Take the fewest splits whose items fill
+    whole waves to >= 90%, else the most (short of work). On the H200, one frame's global
+    attention: 23.5 ms unsplit, 20.8 ms in 4 (bench/attention_kernels.py)."""
+    tile = 192 if head_dim <= 64 else 128
+    items = math.ceil(num_queries / tile) * num_heads
+    for splits in range(1, MAX_KV_SPLITS + 1):
+        waves = math.ceil(splits * items / num_sms)
+        if splits * items >= 0.9 * waves * num_sms:
+            return splits
+    return MAX_KV_SPLITS
+
+
+def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """Attention over disjoint key sets -> attention over their union.
+    out [S, T, H, D], lse [S, T, H] (base-2 log-sum-exp of the scaled logits, FlashInfer's
+    convention; -inf for an empty set) -> [T, H, D]."""
+    weight = torch.exp2(lse - lse.amax(0))                                     # [S, T, H]
+    merged = (out.float() * weight[..., None]).sum(0) / weight.sum(0)[..., None]
+    return merged.to(out.dtype)
 
 
 def flashinfer_available(spec: CacheSpec) -> bool:
@@ -26,13 +54,17 @@ def flashinfer_available(spec: CacheSpec) -> bool:
 
 
 class FlashInferAttention:
-    """`BatchPrefillWithPagedKVCacheWrapper` on the NHD pool `[pages, 2, P, H, D]`, one request:
-    `plan` once per step from host int32 tensors, `run` per layer, non-causal, page size P.
+    """`BatchPrefillWithPagedKVCacheWrapper` on the NHD pool `[pages, 2, P, H, D]`: `plan` once
+    per step, `run` per layer, non-causal, page size P. Multi-frame steps: one request.
 
     Single-frame steps (`table.static`) go through a second wrapper in FlashInfer's CUDA-graph
     mode: its index buffers have fixed addresses and its schedule a fixed grid, so `run` can be
-    captured once and replayed after each step's `plan`. Its page-index buffer is sized to the
-    pool; `generation` counts its rebuilds (a captured graph is stale after one)."""
+    captured once and replayed after each step's `plan`. The frame's queries are repeated as
+    `kv_splits` requests over consecutive runs of the visible pages (whole pages; the last run
+    ends with the one partial page) and the partial results merged by log-sum-exp, so that the
+    kernel's work fills the GPU; the cache plans a step in this form only when at least
+    `min_static_pages` pages are visible. Its page-index buffer is sized to the pool; `generation` counts
+    its rebuilds and the query buffer's (a captured graph is stale after one)."""
 
     name = "flashinfer"
     supports_graphs = True
@@ -58,35 +90,66 @@ class FlashInferAttention:
         self._graph_wrapper = None
         self._graph_capacity = 0
         self._active = self._batch
+        self._split_queries: torch.Tensor | None = None   # [kv_splits, T, H, D], fixed address
+        self._split_qo_indptr: torch.Tensor | None = None
+        sms = torch.cuda.get_device_properties(spec.device).multi_processor_count
+        # No more splits than the pages a full window shows: steady-state steps must qualify.
+        window_pages = spec.sliding_window + (spec.scale_frames if spec.include_scale_frames else 0)
+        self.kv_splits = min(kv_splits_for(spec.tokens_per_frame, spec.num_heads, spec.head_dim, sms),
+                             window_pages)
+        # Every request gets at least one page (FA3 does not take an empty one).
+        self.min_static_pages = self.kv_splits
 
     def plan(self, table: StepTable, num_pool_pages: int) -> None:
         spec = self.spec
         if table.static:
-            if num_pool_pages > self._graph_capacity:
-                self._build_graph_wrapper(num_pool_pages)
-            self._active = self._graph_wrapper
-        else:
-            self._active = self._batch
+            self._plan_split(table, num_pool_pages)
+            return
+        self._active = self._batch
+        self._batch.plan(
+            table.host_qo_indptr, table.host_kv_indptr, table.pages_i32, table.host_last_page_len,
+            num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
+            head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
+            causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
+
+    def _plan_split(self, table: StepTable, num_pool_pages: int) -> None:
+        spec, splits, T = self.spec, self.kv_splits, table.num_queries
+        if num_pool_pages > self._graph_capacity:
+            self._build_graph_wrapper(num_pool_pages)
+        if self._split_queries is None or self._split_queries.shape[1] != T:
+            self._split_queries = torch.empty((splits, T, spec.num_heads, spec.head_dim),
+                                              dtype=spec.dtype, device=spec.device)
+            self._split_qo_indptr = torch.arange(splits + 1, dtype=torch.int32) * T
+            self.generation += 1
+        self._active = self._graph_wrapper
+        pages = len(table.host_pages)
+        kv_indptr = torch.tensor([pages * i // splits for i in range(splits + 1)], dtype=torch.int32)
+        last_page_len = torch.full((splits,), spec.tokens_per_frame, dtype=torch.int32)
+        last_page_len[-1] = table.host_last_page_len[0]
         # Page indices from the device copy: in CUDA-graph mode FlashInfer copies host indices
         # into its buffer synchronously, a device-to-device copy stays asynchronous.
-        self._active.plan(
-            table.host_qo_indptr, table.host_kv_indptr, table.pages_i32,
-            table.host_last_page_len,
+        self._graph_wrapper.plan(
+            self._split_qo_indptr, kv_indptr, table.pages_i32, last_page_len,
             num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
             head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
             causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
 
     def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D]."""
-        return self._active.run(q, pool)
+        if self._active is self._batch:
+            return self._batch.run(q, pool)
+        queries = self._split_queries
+        queries.copy_(q.expand_as(queries))
+        out, lse = self._graph_wrapper.run(queries.flatten(0, 1), pool, return_lse=True)
+        return merge_partials(out.view(queries.shape), lse.view(queries.shape[:3]))
 
     def _build_graph_wrapper(self, num_pages: int) -> None:
         device = self.spec.device
         self._graph_wrapper = self._flashinfer.BatchPrefillWithPagedKVCacheWrapper(
             self._workspace, "NHD", use_cuda_graph=True,
-            qo_indptr_buf=torch.zeros(2, dtype=torch.int32, device=device),
-            paged_kv_indptr_buf=torch.zeros(2, dtype=torch.int32, device=device),
+            qo_indptr_buf=torch.zeros(self.kv_splits + 1, dtype=torch.int32, device=device),
+            paged_kv_indptr_buf=torch.zeros(self.kv_splits + 1, dtype=torch.int32, device=device),
             paged_kv_indices_buf=torch.zeros(num_pages, dtype=torch.int32, device=device),
-            paged_kv_last_page_len_buf=torch.zeros(1, dtype=torch.int32, device=device))
+            paged_kv_last_page_len_buf=torch.zeros(self.kv_splits, dtype=torch.int32, device=device))
         self._graph_capacity = num_pages
         self.generation += 1

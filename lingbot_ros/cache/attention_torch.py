@@ -15,6 +15,7 @@ class TorchAttention:
 
     name = "torch"
     supports_graphs = False   # the gather's length follows the visible tokens
+    min_static_pages = 1
     generation = 0
 
     def __init__(self, spec: CacheSpec) -> None:

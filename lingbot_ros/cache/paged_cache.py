@@ -264,7 +264,9 @@ class PagedKVCache:
         last_page_len = special.last_page_len
         num_kv_tokens = (len(visible) - 1) * per_page + last_page_len
         pad = spec.specials_per_evicted_frame
-        static = num_frames == 1 and len(copies) <= pad
+        # The backend may need a few visible pages for the fixed form (FlashInfer splits them
+        # into several requests); the first steps after a reset then run in the plain form.
+        static = num_frames == 1 and len(copies) <= pad and len(visible) >= self._backend.min_static_pages
         if static:
             # Fixed layout for every single-frame step: no-op copies of a scratch-page row onto
             # itself fill the copy slots (the step's own writes come after the copies).
