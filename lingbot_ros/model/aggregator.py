@@ -53,8 +53,10 @@ class Aggregator(nn.Module):
         return torch.cat([cam, reg, scale], dim=1)                             # [S, 2+R, C]
 
     def forward(self, images: torch.Tensor, *, first_frame: bool, scale_slot: int,
-                time_index: torch.Tensor, global_attend: GlobalAttendFn) -> list[torch.Tensor]:
-        """images [S, 3, H, W] in [0, 1]; time_index float64 [S] -> 4 selected outputs [S, P, 2C]."""
+                time_index: torch.Tensor, global_attend: GlobalAttendFn,
+                fused: bool = False) -> list[torch.Tensor]:
+        """images [S, 3, H, W] in [0, 1]; time_index float64 [S] -> 4 selected outputs [S, P, 2C].
+        fused: the blocks' non-attention work as compiled kernels (`layers.fused_halves`)."""
         S, _, H, W = images.shape
         h, w = H // self.patch_size, W // self.patch_size
         patches = self.patch_embed((images - self.mean) / self.std)            # [S, N, C]
@@ -64,9 +66,9 @@ class Aggregator(nn.Module):
         rope_global = self.rope3d(time_index, h, w) if self.rope3d is not None else rope_frame
         outputs = []
         for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks, self.global_blocks)):
-            x = frame_block(x, rope_frame)
+            x = frame_block(x, rope_frame, fused=fused)
             frame_out = x
-            x = global_block(x, rope_global, partial(global_attend, i))
+            x = global_block(x, rope_global, partial(global_attend, i), fused=fused)
             if i in self.selected_layers:
                 outputs.append(torch.cat([frame_out, x], dim=-1))              # frame first, then global
         return outputs

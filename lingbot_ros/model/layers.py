@@ -1,6 +1,7 @@
 """Transformer building blocks shared by DINOv2, the aggregator and the camera head (spec 5, 7, 10)."""
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -43,7 +44,8 @@ class Mlp(nn.Module):
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention; q/k LayerNorm (aggregator only) runs before RoPE (spec 7)."""
+    """Multi-head self-attention's projections; q/k LayerNorm (aggregator only) runs before RoPE
+    (spec 7). The block calls attention itself, between `heads` and `proj`."""
 
     def __init__(self, dim: int, num_heads: int, qk_norm: bool):
         super().__init__()
@@ -54,16 +56,16 @@ class Attention(nn.Module):
         self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-5) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, rope: Optional[RopeFn] = None,
-                attend: AttendFn = dense_attend) -> torch.Tensor:
-        B, T, C = x.shape
+    def heads(self, x: torch.Tensor, rope: Optional[RopeFn] = None):
+        """x [B, T, C] -> q, k, v [B, T, H, D], all in the dtype of v (the matmul's under autocast:
+        attention would round q and k to it anyway)."""
+        B, T, _ = x.shape
         # qkv output dim is laid out [3, heads, head_dim]
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).unbind(2)  # each [B, T, H, D]
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).unbind(2)
         q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = rope(q), rope(k)
-        out = attend(q, k, v)                                                          # [B, T, H, D]
-        return self.proj(out.reshape(B, T, C))
+        return q.to(v.dtype), k.to(v.dtype), v
 
 
 class Block(nn.Module):
@@ -78,7 +80,28 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim)
 
-    def forward(self, x: torch.Tensor, rope: Optional[RopeFn] = None,
-                attend: AttendFn = dense_attend) -> torch.Tensor:
-        x = x + self.ls1(self.attn(self.norm1(x), rope, attend))
+    def attention_inputs(self, x: torch.Tensor, rope: Optional[RopeFn] = None):
+        return self.attn.heads(self.norm1(x), rope)
+
+    def attention_output(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """x [B, T, C] and attention's out [B, T, H, D] -> the block's output."""
+        x = x + self.ls1(self.attn.proj(out.flatten(2)))
         return x + self.ls2(self.mlp(self.norm2(x)))
+
+    def forward(self, x: torch.Tensor, rope: Optional[RopeFn] = None,
+                attend: AttendFn = dense_attend, fused: bool = False) -> torch.Tensor:
+        """fused: run the two halves around attention as compiled kernels (see `fused_halves`)."""
+        before, after = fused_halves() if fused else (Block.attention_inputs, Block.attention_output)
+        return after(self, x, attend(*before(self, x, rope)))
+
+
+@functools.cache
+def fused_halves():
+    """`Block.attention_inputs` and `Block.attention_output` compiled by torch.compile (Inductor):
+    layer norms, q/k norms, RoPE, casts, LayerScale, residual adds and GELU become a few fused
+    kernels around the matmuls instead of ~30 separate ones per block. Compiled lazily on first
+    call, once per shape and RoPE kind (not per block: blocks share code, their weights are
+    inputs); attention stays outside, so any attention function (a KV cache) can sit between."""
+    def compile_(fn):
+        return torch.compile(fn, dynamic=False, fullgraph=True)
+    return compile_(Block.attention_inputs), compile_(Block.attention_output)

@@ -38,6 +38,8 @@ class StreamingSession:
                 f"(store_matmul_weights) but this session computes in {self.compute_dtype}; "
                 "use that dtype or a model kept in float32")
         use_graphs = self.settings.cuda_graphs and self.device.type == "cuda"
+        # Compiled kernels for CUDA only: on the CPU the eager blocks are the reference path.
+        self._fused = self.settings.fused_blocks and self.device.type == "cuda"
         self._camera = model.camera_head.new_cache(self.settings.camera_num_iterations, self.device,
                                                    static=use_graphs)
         self._cache: Optional[PagedKVCache] = None
@@ -232,8 +234,10 @@ class StreamingSession:
         _, _, H, W = images.shape
         m = self.model
         with self._autocast():
+            # Phase 1's multi-frame batch runs once per stream: not worth a compiled variant.
             outputs = m.aggregator(images, first_frame=first_frame, scale_slot=scale_slot,
-                                   time_index=time_index, global_attend=self._attend_global)
+                                   time_index=time_index, global_attend=self._attend_global,
+                                   fused=self._fused and images.shape[0] == 1)
         outputs = [o.float() for o in outputs]                                   # heads run in fp32
         poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
         depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]

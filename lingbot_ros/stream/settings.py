@@ -31,6 +31,9 @@ class StreamSettings:
     # Phase-2 frame steps replay a captured CUDA graph (CUDA with the FlashInfer backend only;
     # same outputs, far less host work per frame).
     cuda_graphs: bool = True
+    # Single-frame CUDA steps run the aggregator blocks' layer norms, RoPE, casts and residual
+    # work as kernels fused by torch.compile (compiled once per process, on the first such frame).
+    fused_blocks: bool = True
 
     def __post_init__(self):
         def need(ok, msg):
@@ -51,6 +54,7 @@ class StreamSettings:
         need(self.dtype == "auto" or self.dtype in DTYPES,
              f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
         need(isinstance(self.cuda_graphs, bool), f"cuda_graphs must be a bool, got {self.cuda_graphs!r}")
+        need(isinstance(self.fused_blocks, bool), f"fused_blocks must be a bool, got {self.fused_blocks!r}")
         need(self.attention_backend in BACKENDS,
              f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
 

@@ -1,0 +1,55 @@
+"""layers.fused_halves: the blocks' compiled halves around attention == the eager block.
+
+The session uses them for single-frame CUDA steps; Inductor compiles the same graph for the CPU,
+so the equivalence (both RoPE kinds, no RoPE, mixed precision) is checked here without a GPU.
+"""
+import shutil
+
+import pytest
+import torch
+
+from lingbot_ros.model.layers import Block, dense_attend
+from lingbot_ros.model.rope import Rope2D, Rope3D
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                reason="torch.compile on the CPU needs a C++ compiler")
+
+
+def blocks(n, qk_norm=True):
+    torch.manual_seed(0)
+    out = []
+    for _ in range(n):
+        b = Block(64, 4, 4.0, qk_norm=qk_norm, eps=1e-5).eval().requires_grad_(False)
+        for p in b.parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 1 else p.shape[-1] ** -0.5) + (p.dim() == 1) * 0.5)
+        out.append(b)
+    return out
+
+
+def test_fused_blocks_match_eager_for_both_ropes_and_across_blocks():
+    h, w, special = 2, 3, 6
+    x = torch.randn(1, special + h * w, 64)
+    rope2d = Rope2D(16, 100.0, special)(h, w, "cpu")
+    ropes = [rope2d, None] + [Rope3D(16, (4, 6, 6), 100.0, special)(torch.tensor([float(t)], dtype=torch.float64), h, w)
+                              for t in (0, 7, 1500)]
+    for block in blocks(3):
+        for rope in ropes:
+            torch.testing.assert_close(block(x, rope, fused=True), block(x, rope), atol=1e-5, rtol=1e-5)
+
+
+def test_fused_blocks_under_bf16_autocast_match_eager():
+    x = torch.randn(1, 12, 64)
+    rope = Rope2D(16, 100.0, 6)(2, 3, "cpu")
+    block = blocks(1)[0]
+    seen = []
+
+    def attend(q, k, v):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return dense_attend(q, k, v)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        fused, eager = block(x, rope, attend, fused=True), block(x, rope, attend)
+    # q and k reach attention in the matmul dtype, fused or not; the residual stream stays fp32.
+    assert seen == [(torch.bfloat16,) * 3] * 2
+    assert fused.dtype == eager.dtype == torch.float32
+    torch.testing.assert_close(fused, eager, atol=2e-2, rtol=2e-2)
