@@ -97,7 +97,9 @@ def node_params(args) -> list[str]:
         f"model_config:={args.model_config}", f"device:={args.device}",
         f"image_width:={args.image_width}", f"num_scale_frames:={args.num_scale_frames}",
         f"sliding_window:={args.window}", "max_stamp_gap_s:=0.0", "map_publish_period_s:=0.0",
-        "diagnostics_period_s:=1.0"]
+        "diagnostics_period_s:=1.0",
+        # The warm-up compiles and captures for the size the probe publishes.
+        "warmup_image_size:={}x{}".format(*args.image_size)]
     return params + list(args.param)
 
 

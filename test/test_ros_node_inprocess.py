@@ -146,13 +146,20 @@ def test_configure_keeps_the_lifecycle_and_parameter_services(live):
 def test_warmup_runs_the_model_and_leaves_an_empty_stream(live):
     # Regression: the warm-up frame was only buffered for phase 1 (num_scale_frames > 1) and
     # thrown away by the reset, so the model never ran before the first real frame.
-    env = live(warmup=True)
+    env = live(warmup=True)   # warmup_image_size 640x480: the size of the frames sent below
     stats = env.node.tracker.session.stats()
     assert stats["kv_cache"] is not None, "warm-up did not run the model (no KV cache allocated)"
+    assert env.node._warmup_hw == (HEIGHT, WIDTH)
     assert stats["frames_seen"] == stats["frames_stored"] == stats["frames_buffered"] == 0
     env.send(10.0)
     first = env.status(lambda s: s.frames_processed == 1, "the first real frame processed")
     assert first.state == MapStatus.STATE_INITIALISING and first.init_frames == 1
+    assert env.node.tracker.input_hw == (HEIGHT, WIDTH) and env.node._warmup_hw is None
+
+
+def test_warmup_runs_at_the_configured_camera_size(live):
+    env = live(warmup=True, warmup_image_size="1280x320")
+    assert env.node._warmup_hw == (28, WIDTH)
 
 
 def test_depth_confidence_camera_info_and_map_outputs(live):

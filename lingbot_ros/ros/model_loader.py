@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 from lingbot_ros.ros.params import NodeConfig
+
+# torch.compile's kernel cache; PyTorch's default lives under /tmp and is gone after a reboot.
+INDUCTOR_CACHE = Path.home() / ".cache" / "lingbot_ros" / "torchinductor"
 
 
 @dataclasses.dataclass
@@ -39,6 +44,8 @@ def load(cfg: NodeConfig) -> LoadedModel:
     from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
 
     device = resolve_device(cfg.device)
+    if cfg.fused_blocks and device.startswith("cuda"):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
     arch, arch_name = model_config(cfg)
     model = build_model(arch, device=device, random_init=not cfg.checkpoint)
     if cfg.checkpoint:
@@ -50,7 +57,8 @@ def load(cfg: NodeConfig) -> LoadedModel:
         # The motion policy stores every frame, then keeps it or rolls it back: deferral makes
         # the rollback exact (nothing is evicted until the flush).
         defer_evictions=cfg.keyframe_policy == "motion",
-        dtype=cfg.dtype, attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs)
+        dtype=cfg.dtype, attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs,
+        fused_blocks=cfg.fused_blocks)
     model.store_matmul_weights(settings.compute_dtype(model.device))
     session = StreamingSession(model, settings)
     preprocessor = Preprocessor(target_width=cfg.image_width, device=device)

@@ -51,6 +51,9 @@ except ImportError:
 
 # Bad input is logged at most this often (the counters in /diagnostics see every frame).
 BAD_INPUT_LOG_PERIOD_S = 5.0
+# On a machine that has never run the model on CUDA, the warm-up JIT-compiles FlashInfer's
+# kernels and torch.compile's (over a minute on an H200); later starts reuse the disk caches.
+WARMUP_TIMEOUT_S = 900.0
 
 
 class MapNode(LifecycleNode):
@@ -111,6 +114,7 @@ class MapNode(LifecycleNode):
                 "are NOT a reconstruction; set the 'checkpoint' parameter for real output.")
         self.get_logger().info(f"loaded {loaded.description}")
         self.tracker = Tracker(loaded.session, loaded.preprocessor, cfg, cfg.num_scale_frames)
+        self._warmup_hw: tuple[int, int] | None = None   # model input size the warm-up used
         self.counters = Counters()
         self._path = collections.deque(maxlen=cfg.path_max_length)
         self._create_publishers()
@@ -132,11 +136,15 @@ class MapNode(LifecycleNode):
         """SUCCESS -> active: lifecycle publishers on (the parent call), subscriptions made."""
         result = super().on_activate(state)
         if self.cfg.warmup:
+            self.get_logger().info(f"warming up on {self.cfg.warmup_image_size} images (the first run "
+                                   "on a machine compiles kernels: a minute or more on CUDA)")
+            start = time.monotonic()
             try:
-                self.worker.submit(self._warmup).result(timeout=max(60.0, self.cfg.service_timeout_s))
+                self.worker.submit(self._warmup).result(timeout=WARMUP_TIMEOUT_S)
             except Exception as error:
                 self.get_logger().error(f"warm-up failed: {type(error).__name__}: {error}")
                 return TransitionCallbackReturn.ERROR
+            self.get_logger().info(f"warm-up done in {time.monotonic() - start:.1f} s")
         self.inbox.open()
         self._subscribe()
         self.tracker.state_text = "waiting for images"
@@ -281,8 +289,9 @@ class MapNode(LifecycleNode):
     def _warmup(self) -> str:
         """Dummy frames through both phases so the first real frames pay no start-up cost
         (kernel JIT, the phase-2 CUDA graph's capture, which survives the reset)."""
-        width = self.cfg.image_width
-        image = self.tracker.preprocessor(np.full((width * 3 // 4, width, 3), 128, np.uint8))
+        width, height = params.parse_image_size(self.cfg.warmup_image_size)
+        image = self.tracker.preprocessor(np.full((height, width, 3), 128, np.uint8))
+        self._warmup_hw = tuple(image.shape[-2:])
         session = self.tracker.session
         # With num_scale_frames > 1 step() only buffers the frame; closing phase 1 runs it.
         session.step(image)
@@ -302,6 +311,13 @@ class MapNode(LifecycleNode):
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
             self._model_failure(frame, error)
             return
+        if self._warmup_hw is not None and tracker.input_hw != self._warmup_hw:
+            h, w = self._warmup_hw
+            self.get_logger().warning(
+                f"the camera's images become {tracker.input_hw[1]}x{tracker.input_hw[0]} model inputs, the "
+                f"warm-up's {w}x{h}: the first frames compile kernels and capture the graph again; set "
+                f"warmup_image_size to the camera's {frame.rgb.shape[1]}x{frame.rgb.shape[0]}")
+        self._warmup_hw = None   # checked once
         for output in outputs:
             self._publish(output)
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6, tracker.model_ms)

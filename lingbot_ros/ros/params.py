@@ -34,7 +34,9 @@ class NodeConfig:
     dtype: str = "auto"
     attention_backend: str = "auto"
     cuda_graphs: bool = True
+    fused_blocks: bool = True
     warmup: bool = True
+    warmup_image_size: str = "640x480"
     # Keyframes and long runs
     keyframe_policy: str = "interval"
     keyframe_interval: int = 1
@@ -84,8 +86,12 @@ DESCRIPTIONS = {
     "attention_backend": "auto, torch or flashinfer",
     "cuda_graphs": "replay each frame step as a captured CUDA graph (CUDA with flashinfer; same outputs, "
                    "far less host work); false runs it eagerly",
+    "fused_blocks": "run the aggregator blocks' norms, RoPE and residual work as kernels fused by torch.compile "
+                    "(CUDA, single-frame steps; compiled once at warm-up, cached on disk); false keeps the eager kernels",
     "warmup": "run dummy frames through both phases at activate (kernel builds, CUDA graph capture) "
               "so the first real frames are not slow",
+    "warmup_image_size": "camera image size (WxH) the warm-up imitates: set it to the camera's, so that the "
+                         "kernels compiled and the CUDA graph captured at warm-up serve the live frames",
     "keyframe_policy": "interval (every keyframe_interval-th frame) or motion (optical-flow "
                        "parallax against the last keyframe)",
     "keyframe_interval": "keyframe every N frames (interval policy)",
@@ -139,6 +145,15 @@ def declare(node) -> None:
                 description=description, dynamic_typing=True))
 
 
+def parse_image_size(text: str) -> tuple[int, int] | None:
+    """'640x480' -> (640, 480); None if it is not two positive integers."""
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
 def read(node) -> NodeConfig:
     return validate({name: node.get_parameter(name).value for name, _, _ in PARAMETERS})
 
@@ -189,6 +204,8 @@ def validate(values: dict) -> NodeConfig:
         need(getattr(cfg, name) >= 1, f"'{name}' must be >= 1, got {getattr(cfg, name)}")
     need(cfg.image_width >= 14 and cfg.image_width % 14 == 0,
          f"'image_width' must be a positive multiple of 14 (the patch size), got {cfg.image_width}")
+    need(parse_image_size(cfg.warmup_image_size) is not None,
+         f"'warmup_image_size' must be WIDTHxHEIGHT in pixels, e.g. 640x480, got '{cfg.warmup_image_size}'")
     need(cfg.max_keyframes >= 0, f"'max_keyframes' must be >= 0, got {cfg.max_keyframes}")
     need(cfg.max_image_pixels > 0, f"'max_image_pixels' must be > 0, got {cfg.max_image_pixels}")
     for name in ("keyframe_min_parallax_px", "max_cache_mb", "max_stamp_gap_s", "odom_variance",

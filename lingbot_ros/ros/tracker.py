@@ -11,6 +11,7 @@ import time
 from collections import deque
 
 import numpy as np
+import torch
 
 from lingbot_ros.mapping import Trajectory, VoxelMap, image_to_rgb_uint8, select_points, to_numpy
 from lingbot_ros.ros.frames import R_MAP_FROM_OPTICAL, optical_points_to_map, optical_pose_to_map
@@ -75,6 +76,7 @@ class Tracker:
         self.trajectory = Trajectory()
         self.state = WAITING
         self.state_text = "waiting for images"
+        self.input_hw: tuple[int, int] | None = None   # model input size of the last frame
         self.resets = 0
         self.init_frames = 0
         # Map pose of the current stream's origin. A reset forced by the cache cap keeps the
@@ -180,6 +182,7 @@ class Tracker:
     def process(self, frame: InputFrame) -> list[PoseOutput]:
         """Run the model on one frame; return the poses that became available (0, 1 or a batch)."""
         image = self.preprocessor(frame.rgb)
+        self.input_hw = tuple(image.shape[-2:])
         buffering = self.state != TRACKING
         # Motion policy: store the frame (deferred eviction keeps the rollback exact), then keep
         # it and flush if the view moved enough, or roll it back. Scale frames are always kept.
@@ -196,6 +199,10 @@ class Tracker:
                 keyframe_kept = False
         elif self.motion is not None:
             self.motion.is_keyframe(frame.rgb)   # sets the reference to the latest scale frame
+        if image.is_cuda:
+            # The step only queues GPU work; the model time ends when the outputs are ready
+            # (they are copied to the host next anyway).
+            torch.cuda.current_stream(image.device).synchronize()
         self.model_ms = (time.perf_counter() - start) * 1e3
         self._last_stamp_ns = frame.stamp_ns
 
