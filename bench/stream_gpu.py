@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="auto", help="session dtype policy: auto (bf16 on CUDA) or float32")
     ap.add_argument("--backend", default="auto", help="global attention backend: auto, torch or flashinfer")
     ap.add_argument("--no-graphs", action="store_true", help="eager frame steps only (no CUDA graphs)")
+    ap.add_argument("--no-fused-blocks", action="store_true", help="eager kernels in the blocks (no torch.compile)")
     ap.add_argument("--sync-check-frames", type=int, default=5,
                     help="phase-2 frames streamed under torch's sync debug mode (CUDA only; 0 = skip)")
     ap.add_argument("--no-write", action="store_true", help="do not append the table to bench/README.md")
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     build_s = time.perf_counter() - t0
     base = dict(num_scale_frames=8, keyframe_interval=1, camera_num_iterations=4, sliding_window=64,
                 scale_frames=8, dtype=args.dtype, attention_backend=args.backend,
-                cuda_graphs=not args.no_graphs)
+                cuda_graphs=not args.no_graphs, fused_blocks=not args.no_fused_blocks)
     variants = [
         ("default", StreamSettings(**base), args.frames, "plain"),
         ("keyframe interval 4", StreamSettings(**{**base, "keyframe_interval": 4}), args.variant_frames, "plain"),
@@ -166,7 +167,8 @@ def main(argv=None) -> int:
          "motion"),
     ]
     if not args.no_graphs:
-        variants.append(("eager (CUDA graphs off)", StreamSettings(**{**base, "cuda_graphs": False}),
+        variants.append(("eager (CUDA graphs and fused blocks off)",
+                         StreamSettings(**{**base, "cuda_graphs": False, "fused_blocks": False}),
                          args.variant_frames, "plain"))
     # Every variant computes in the same dtype: half-precision weights kept resident, as the node does.
     model.store_matmul_weights(variants[0][1].compute_dtype(model.device))
