@@ -142,7 +142,9 @@ class MapNode(LifecycleNode):
             try:
                 self.worker.submit(self._warmup).result(timeout=WARMUP_TIMEOUT_S)
             except Exception as error:
-                self.get_logger().error(f"warm-up failed: {type(error).__name__}: {error}")
+                hint = (" (fused_blocks compiles kernels with torch.compile, which needs Triton and a "
+                        "C compiler on CUDA; fused_blocks:=false runs without it)" if self.cfg.fused_blocks else "")
+                self.get_logger().error(f"warm-up failed: {type(error).__name__}: {error}{hint}")
                 return TransitionCallbackReturn.ERROR
             self.get_logger().info(f"warm-up done in {time.monotonic() - start:.1f} s")
         self.inbox.open()
