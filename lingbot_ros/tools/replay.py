@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 CLOCK_PERIOD_S = 0.01   # /clock is refreshed at 100 Hz while waiting for the next message
+ACK_TIMEOUT_S = 10.0    # at the end, how long reliable subscribers get to acknowledge
 
 
 def message_class(msgtype: str):
@@ -73,6 +74,7 @@ def main(argv=None) -> int:
         return 2
 
     import rclpy
+    from rclpy.duration import Duration
     from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from rosbags.rosbag2 import Reader
     from rosgraph_msgs.msg import Clock
@@ -112,6 +114,11 @@ def main(argv=None) -> int:
                     return 2
                 if not args.loop:
                     break
+            # A reliable publisher destroyed right after its last publish can take the messages
+            # still in flight with it: let every subscriber acknowledge them first.
+            if not all(p.wait_for_all_acked(Duration(seconds=ACK_TIMEOUT_S)) for p in waited):
+                print(f"lingbot-ros-replay: warning: not every subscriber acknowledged the last "
+                      f"messages within {ACK_TIMEOUT_S:g} s", file=sys.stderr, flush=True)
             if not args.quiet:
                 print(f"lingbot-ros-replay: published {count} messages", flush=True)
     except KeyboardInterrupt:
