@@ -4,8 +4,8 @@ rate the node sustains without dropping or queueing frames.
 The node runs as a subprocess (by default the tiny fixture checkpoint on CPU, input width 112,
 3 scale frames, window 8; newest-frame-wins input as deployed); this process publishes rgb8
 images (640x480 by default) at increasing rates and listens on ~/pose and ~/status (each status
-carries the model time of the frame it reports). Per rate it prints frames sent / processed /
-dropped and the medians of end-to-end latency, model time and their difference (the node's own
+carries the model time of the frame it reports). Per rate it prints frames sent / received /
+processed / dropped and the medians of end-to-end latency, model time and their difference (the node's own
 overhead: transport, decode, preprocessing, output messages). A warm-up at 2 Hz (at least 3 s and
 num_scale_frames + 3 frames) precedes the timed rates.
 
@@ -269,10 +269,11 @@ def main() -> int:
         node.terminate()
         node.wait(20)
     print(f"\n{describe(args)}\n")
-    print("| input Hz | sent | processed | dropped | e2e latency p50 ms | model p50 ms | e2e - model p50 ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    # received < sent: lost in transport (or not yet delivered when the rate's window closed).
+    print("| input Hz | sent | received | processed | dropped | e2e latency p50 ms | model p50 ms | e2e - model p50 ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['rate']:g} | {r['sent']} | {r['processed']} | {r['dropped']} | "
+        print(f"| {r['rate']:g} | {r['sent']} | {r['received']} | {r['processed']} | {r['dropped']} | "
               f"{r['latency_ms']:.1f} | {r['model_ms']:.1f} | {r['overhead_ms']:.1f} |")
     sustained = [r["rate"] for r in rows if r["dropped"] == 0 and r["processed"] == r["sent"]]
     print(f"\nhighest rate with every frame processed and none dropped: "
