@@ -63,8 +63,9 @@ class FlashInferAttention:
     `kv_splits` requests over consecutive runs of the visible pages (whole pages; the last run
     ends with the one partial page) and the partial results merged by log-sum-exp, so that the
     kernel's work fills the GPU; the cache plans a step in this form only when at least
-    `min_static_pages` pages are visible. Its page-index buffer is sized to the pool; `generation` counts
-    its rebuilds and the query buffer's (a captured graph is stale after one)."""
+    `min_static_pages` pages are visible. Its page-index buffer is sized to the pool;
+    `generation` counts its rebuilds and the query buffer's (a captured graph is stale after
+    one)."""
 
     name = "flashinfer"
     supports_graphs = True

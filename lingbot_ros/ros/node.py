@@ -313,7 +313,9 @@ class MapNode(LifecycleNode):
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
             self._model_failure(frame, error)
             return
-        if self._warmup_hw is not None and tracker.input_hw != self._warmup_hw:
+        # On CUDA a new input size means new compiled kernels and a new graph; on the CPU it is cheap.
+        if (self._warmup_hw is not None and tracker.input_hw != self._warmup_hw
+                and tracker.session.device.type == "cuda"):
             h, w = self._warmup_hw
             self.get_logger().warning(
                 f"the camera's images become {tracker.input_hw[1]}x{tracker.input_hw[0]} model inputs, the "
