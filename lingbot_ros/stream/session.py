@@ -182,9 +182,9 @@ class StreamingSession:
 
     def _attend_global(self, layer: int, q, k, v):
         F, P, H, D = q.shape
-        dt = self.compute_dtype
-        out = self._cache.attend(layer, q.reshape(F * P, H, D).to(dt), k.reshape(F * P, H, D).to(dt),
-                                 v.reshape(F * P, H, D).to(dt))                 # [F*P, H, D]
+        # The blocks hand q, k, v over in the compute dtype already (Attention.heads).
+        out = self._cache.attend(layer, q.reshape(F * P, H, D), k.reshape(F * P, H, D),
+                                 v.reshape(F * P, H, D))                        # [F*P, H, D]
         return out.view(F, P, H, D)
 
     def _autocast(self):
