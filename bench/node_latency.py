@@ -38,17 +38,18 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))   # run from a checkout, installed or not
+
+from lingbot_ros.ros.params import parse_image_size  # noqa: E402
+
 FIXTURE = REPO.parent / "shared" / "fixtures" / "tiny_default"
 
 
 def _image_size(text: str) -> tuple[int, int]:
-    try:
-        width, height = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WxH, e.g. 640x480, got '{text}'") from None
-    if width < 1 or height < 1:
-        raise argparse.ArgumentTypeError(f"image size must be positive, got '{text}'")
-    return width, height
+    size = parse_image_size(text)   # the node's own parser for warmup_image_size
+    if size is None:
+        raise argparse.ArgumentTypeError(f"expected WxH with positive sizes, e.g. 640x480, got '{text}'")
+    return size
 
 
 def parse_args(argv=None):
