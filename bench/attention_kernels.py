@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
-from lingbot_ros.cache.attention_flashinfer import merge_partials  # noqa: E402
+from lingbot_ros.cache import PartialAttention  # noqa: E402
 
 
 def timed(fn, repeats: int) -> float:
@@ -116,7 +116,7 @@ def main() -> None:
                 def split_run(w=wrapper, q_rep=q_rep, splits=splits):
                     q_rep.copy_(q.expand(splits, -1, -1, -1))
                     o, lse = w.run(q_rep.view(-1, H, D), pool, return_lse=True)
-                    return merge_partials(o.view(splits, P, H, D), lse.view(splits, P, H))
+                    return PartialAttention(o.view(splits, P, H, D), lse.view(splits, P, H)).merge()
                 add(name, split_run)
                 err = (split_run().float() - reference.float()).abs().max().item()
                 rows[-1] = rows[-1] + (f"max abs diff vs unsplit {err:.1e}",)

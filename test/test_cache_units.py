@@ -319,7 +319,7 @@ def test_stats_bytes():
 def test_partial_attention_merge_equals_attention_over_the_union():
     """The KV-split merge of the FlashInfer backend, on the CPU: attention over disjoint key runs
     (an empty one included) with base-2 log-sum-exps, merged, == attention over all keys."""
-    from lingbot_ros.cache.attention_flashinfer import merge_partials
+    from lingbot_ros.cache import PartialAttention
     g = torch.Generator().manual_seed(0)
     T, H, D = 5, 3, 8
     q, k, v = (torch.randn(n, H, D, generator=g) for n in (T, 23, 23))
@@ -329,7 +329,7 @@ def test_partial_attention_merge_equals_attention_over_the_union():
         logits = torch.einsum("thd,khd->htk", q, k[lo:hi]) * scale              # [H, T, n]
         outs.append(torch.einsum("htk,khd->thd", logits.softmax(-1), v[lo:hi]).nan_to_num())
         lses.append((logits.logsumexp(-1) / math.log(2)).transpose(0, 1))      # [T, H], -inf if empty
-    merged = merge_partials(torch.stack(outs), torch.stack(lses))
+    merged = PartialAttention(torch.stack(outs), torch.stack(lses)).merge()
     expected = torch.einsum("htk,khd->thd", (torch.einsum("thd,khd->htk", q, k) * scale).softmax(-1), v)
     torch.testing.assert_close(merged, expected, atol=1e-6, rtol=1e-5)
 

@@ -3,11 +3,13 @@
 The session uses them for single-frame CUDA steps; Inductor compiles the same graph for the CPU,
 so the equivalence (both RoPE kinds, no RoPE, mixed precision) is checked here without a GPU.
 """
+import math
 import shutil
 
 import pytest
 import torch
 
+from lingbot_ros.cache import PartialAttention
 from lingbot_ros.model.layers import Block, dense_attend
 from lingbot_ros.model.rope import Rope2D, Rope3D
 
@@ -53,3 +55,25 @@ def test_fused_blocks_under_bf16_autocast_match_eager():
     assert seen == [(torch.bfloat16,) * 3] * 2
     assert fused.dtype == eager.dtype == torch.float32
     torch.testing.assert_close(fused, eager, atol=2e-2, rtol=2e-2)
+
+
+def split_attend(q, k, v, bounds=(0, 2, 2, 7, 12)):
+    """Attention over consecutive key runs (one empty), returned unmerged as a paged cache's split
+    attention does: per-run outputs and base-2 log-sum-exps."""
+    outs, lses = [], []
+    for lo, hi in zip(bounds, bounds[1:]):
+        logits = torch.einsum("bthd,bkhd->bhtk", q.float(), k[:, lo:hi].float()) * q.shape[-1] ** -0.5
+        outs.append(torch.einsum("bhtk,bkhd->bthd", logits.softmax(-1), v[:, lo:hi].float()).nan_to_num())
+        lses.append((logits.logsumexp(-1) / math.log(2)).transpose(1, 2))      # [B, T, H]
+    return PartialAttention(torch.stack(outs).to(v.dtype), torch.stack(lses))
+
+
+def test_blocks_merge_split_attention_fused_and_eager():
+    """A block handed attention in parts (PartialAttention) merges them itself; in the fused form
+    the merge is compiled with the rest of the second half."""
+    x = torch.randn(1, 12, 64)
+    rope = Rope2D(16, 100.0, 6)(2, 3, "cpu")
+    block = blocks(1)[0]
+    expected = block(x, rope)
+    torch.testing.assert_close(block(x, rope, split_attend), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(block(x, rope, split_attend, fused=True), expected, atol=1e-5, rtol=1e-5)

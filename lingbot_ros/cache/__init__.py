@@ -3,7 +3,8 @@ whole frames, plus a growing stream of evicted frames' special tokens). See docs
 
 from .errors import CacheError, CacheExhausted, NothingToRollback, SpecialStreamFull
 from .paged_cache import CacheStats, PagedKVCache
+from .partials import PartialAttention
 from .spec import CacheSpec
 
 __all__ = ["CacheError", "CacheExhausted", "CacheSpec", "CacheStats", "NothingToRollback",
-           "PagedKVCache", "SpecialStreamFull"]
+           "PagedKVCache", "PartialAttention", "SpecialStreamFull"]

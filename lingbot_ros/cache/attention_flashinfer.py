@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from .partials import PartialAttention
 from .spec import CacheSpec
 from .step_table import StepTable
 
@@ -31,15 +32,6 @@ def kv_splits_for(num_queries: int, num_heads: int, head_dim: int, num_sms: int)
     return MAX_KV_SPLITS
 
 
-def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """Attention over disjoint key sets -> attention over their union.
-    out [S, T, H, D], lse [S, T, H] (base-2 log-sum-exp of the scaled logits, FlashInfer's
-    convention; -inf for an empty set) -> [T, H, D]."""
-    weight = torch.exp2(lse - lse.amax(0))                                     # [S, T, H]
-    merged = (out.float() * weight[..., None]).sum(0) / weight.sum(0)[..., None]
-    return merged.to(out.dtype)
-
-
 def flashinfer_available(spec: CacheSpec) -> bool:
     """True when FlashInfer can serve this spec: CUDA device, half dtype, a head size it is
     built for, package importable."""
@@ -61,9 +53,9 @@ class FlashInferAttention:
     mode: its index buffers have fixed addresses and its schedule a fixed grid, so `run` can be
     captured once and replayed after each step's `plan`. The frame's queries are repeated as
     `kv_splits` requests over consecutive runs of the visible pages (whole pages; the last run
-    ends with the one partial page) and the partial results merged by log-sum-exp, so that the
-    kernel's work fills the GPU; the cache plans a step in this form only when at least
-    `min_static_pages` pages are visible. Its page-index buffer is sized to the pool;
+    ends with the one partial page), so that the kernel's work fills the GPU; `run` returns the
+    runs' results unmerged (`PartialAttention`). The cache plans a step in this form only when
+    at least `min_static_pages` pages are visible. Its page-index buffer is sized to the pool;
     `generation` counts its rebuilds and the query buffer's (a captured graph is stale after
     one)."""
 
@@ -135,14 +127,14 @@ class FlashInferAttention:
             head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
             causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
 
-    def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D]."""
+    def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor | PartialAttention:
+        """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D], or its `kv_splits` parts."""
         if self._active is self._batch:
             return self._batch.run(q, pool)
         queries = self._split_queries
         queries.copy_(q.expand_as(queries))
         out, lse = self._graph_wrapper.run(queries.flatten(0, 1), pool, return_lse=True)
-        return merge_partials(out.view(queries.shape), lse.view(queries.shape[:3]))
+        return PartialAttention(out.view(queries.shape), lse.view(queries.shape[:3]))
 
     def _build_graph_wrapper(self, num_pages: int) -> None:
         device = self.spec.device

@@ -26,6 +26,7 @@ from .attention_flashinfer import FlashInferAttention, flashinfer_available
 from .attention_torch import TorchAttention
 from .errors import CacheError, CacheExhausted, NothingToRollback
 from .page_pool import PagePool
+from .partials import PartialAttention
 from .patch_stream import Frame, PatchStream
 from .spec import CacheSpec
 from .special_stream import SpecialStream
@@ -143,11 +144,17 @@ class PagedKVCache:
         pool[:, 0].index_copy_(0, step.write_pages, k.reshape(frames))
         pool[:, 1].index_copy_(0, step.write_pages, v.reshape(frames))
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               merge: bool = True) -> torch.Tensor | PartialAttention:
         """q, k, v `[F*P, H, D]` (k already rotated, dtype = spec.dtype) -> out `[F*P, H, D]`:
-        `write(layer, k, v)`, then non-causal softmax attention over the visible pages."""
+        `write(layer, k, v)`, then non-causal softmax attention over the visible pages.
+        merge=False: the backend may return its results over disjoint page runs unmerged, for
+        the caller to merge inside its own fused kernel."""
         self.write(layer, k, v)
-        return self._backend.run(self._pools[layer], q)
+        out = self._backend.run(self._pools[layer], q)
+        if merge and isinstance(out, PartialAttention):
+            return out.merge()
+        return out
 
     # ---- between steps ----------------------------------------------------------------------
 

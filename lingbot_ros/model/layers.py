@@ -8,8 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# attend(q, k, v) -> out, all [B, T, H, D]; the default is dense attention within each sequence.
-AttendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+from ..cache.partials import PartialAttention
+
+# attend(q, k, v) -> out, all [B, T, H, D], or its unmerged parts over disjoint key sets (a paged
+# cache's split attention); the default is dense attention within each sequence.
+AttendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | PartialAttention"]
 # rope(x) -> x rotated, x [B, T, H, D]
 RopeFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -83,8 +86,11 @@ class Block(nn.Module):
     def attention_inputs(self, x: torch.Tensor, rope: Optional[RopeFn] = None):
         return self.attn.heads(self.norm1(x), rope)
 
-    def attention_output(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """x [B, T, C] and attention's out [B, T, H, D] -> the block's output."""
+    def attention_output(self, x: torch.Tensor, out: "torch.Tensor | PartialAttention") -> torch.Tensor:
+        """x [B, T, C] and attention's out [B, T, H, D] (or its parts, merged here: fused, the
+        merge joins the kernels after it) -> the block's output."""
+        if isinstance(out, PartialAttention):
+            out = out.merge()
         x = x + self.ls1(self.attn.proj(out.flatten(2)))
         return x + self.ls2(self.mlp(self.norm2(x)))
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache
+from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention
 from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
 from ..model.lingbot_map import LingBotMap
 from .frame_graph import FrameGraph
@@ -182,9 +182,12 @@ class StreamingSession:
 
     def _attend_global(self, layer: int, q, k, v):
         F, P, H, D = q.shape
-        # The blocks hand q, k, v over in the compute dtype already (Attention.heads).
+        # The blocks hand q, k, v over in the compute dtype already (Attention.heads), and merge
+        # split attention themselves (Block.attention_output).
         out = self._cache.attend(layer, q.reshape(F * P, H, D), k.reshape(F * P, H, D),
-                                 v.reshape(F * P, H, D))                        # [F*P, H, D]
+                                 v.reshape(F * P, H, D), merge=False)           # [F*P, H, D]
+        if isinstance(out, PartialAttention):
+            return out.view_queries(F, P)
         return out.view(F, P, H, D)
 
     def _autocast(self):
