@@ -17,11 +17,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c+
                                 reason="torch.compile on the CPU needs a C++ compiler")
 
 
-def blocks(n, qk_norm=True):
+def blocks(n, qk_norm=True, eps=1e-5):
     torch.manual_seed(0)
     out = []
     for _ in range(n):
-        b = Block(64, 4, 4.0, qk_norm=qk_norm, eps=1e-5).eval().requires_grad_(False)
+        b = Block(64, 4, 4.0, qk_norm=qk_norm, eps=eps).eval().requires_grad_(False)
         for p in b.parameters():
             p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 1 else p.shape[-1] ** -0.5) + (p.dim() == 1) * 0.5)
         out.append(b)
@@ -37,6 +37,13 @@ def test_fused_blocks_match_eager_for_both_ropes_and_across_blocks():
     for block in blocks(3):
         for rope in ropes:
             torch.testing.assert_close(block(x, rope, fused=True), block(x, rope), atol=1e-5, rtol=1e-5)
+
+
+def test_fused_dinov2_blocks_match_eager():
+    """The patch embedding's DINOv2 blocks: no q/k norm, no RoPE, another LayerNorm eps."""
+    x = torch.randn(1, 11, 64)
+    for block in blocks(2, qk_norm=False, eps=1e-6):
+        torch.testing.assert_close(block(x, fused=True), block(x), atol=1e-5, rtol=1e-5)
 
 
 def test_fused_blocks_under_bf16_autocast_match_eager():

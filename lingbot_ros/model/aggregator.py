@@ -59,7 +59,7 @@ class Aggregator(nn.Module):
         fused: the blocks' non-attention work as compiled kernels (`layers.fused_halves`)."""
         S, _, H, W = images.shape
         h, w = H // self.patch_size, W // self.patch_size
-        patches = self.patch_embed((images - self.mean) / self.std)            # [S, N, C]
+        patches = self.patch_embed((images - self.mean) / self.std, fused=fused)  # [S, N, C]
         x = torch.cat([self.special_tokens(S, first_frame, scale_slot), patches], dim=1)  # [S, P, C]
         rope_frame = self.rope2d(h, w, images.device)
         # Without 3D RoPE the global blocks reuse the 2D positions (no temporal information).
