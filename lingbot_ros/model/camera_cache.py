@@ -31,7 +31,7 @@ class CameraKVCache:
         self.generation = 0
         self._static_step = False
         self._row = torch.zeros(1, dtype=torch.int64, device=device)   # static: this call's row
-        self._visible = torch.zeros(capacity, dtype=torch.bool, device=device)  # static: row < end
+        self._hidden = torch.zeros(capacity, dtype=torch.bool, device=device)   # static: row >= end
         self._rows = torch.arange(capacity, device=device)
 
     @property
@@ -49,18 +49,27 @@ class CameraKVCache:
         if self._static_step:
             # Once per call, not per cache: every cache of the call sees the same rows.
             self._row.fill_(self._end - 1)
-            torch.lt(self._rows, self._end, out=self._visible)
+            torch.ge(self._rows, self._end, out=self._hidden)
 
     def attend(self, slot: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q, k, v [1, F, H, D] (this call's frames as one sequence) -> [1, F, H, D]."""
         if self._static_step:
             self.k[slot].index_copy_(0, self._row, k[0])
             self.v[slot].index_copy_(0, self._row, v[0])
-            return dense_attend(q, self.k[slot, None], self.v[slot, None], self._visible)
+            return self._one_query_attend(q, self.k[slot], self.v[slot])
         start = self._end - q.shape[1]
         self.k[slot, start:self._end] = k[0]
         self.v[slot, start:self._end] = v[0]
         return dense_attend(q, self.k[slot, None, :self._end], self.v[slot, None, :self._end])
+
+    def _one_query_attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [1, 1, H, D] over the visible rows of k, v [capacity, H, D] -> [1, 1, H, D]. Two
+        batched matrix-vector products, which spread over the keys: a fused attention kernel
+        gives one query one block per head that walks every key (on the H200, 16 such calls
+        took 3.4 ms per frame at 2,000 frames, growing with the capacity)."""
+        scores = torch.einsum("hd,khd->hk", q[0, 0] * q.shape[-1] ** -0.5, k)   # [H, capacity]
+        scores = scores.masked_fill(self._hidden, float("-inf")).softmax(-1)
+        return torch.einsum("hk,khd->hd", scores, v)[None, None]
 
     def rollback_last_frame(self) -> None:
         if self.length == 0:
@@ -83,5 +92,5 @@ class CameraKVCache:
             new[:, :self.length] = old[:, :self.length]
             setattr(self, name, new)
         self._rows = torch.arange(capacity, device=self.k.device)
-        self._visible = torch.zeros(capacity, dtype=torch.bool, device=self.k.device)
+        self._hidden = torch.zeros(capacity, dtype=torch.bool, device=self.k.device)
         self.generation += 1
