@@ -45,8 +45,10 @@ def drive(session, frames):
     return out
 
 
-def test_graph_replay_matches_eager_through_growth_rollback_and_reset():
+def test_graph_replay_matches_eager_through_growth_rollback_and_reset(monkeypatch):
     """Graph replay vs the same step run eagerly (fused blocks and split attention in both)."""
+    # The camera cache starts at 64 rows, as without graphs, so that it doubles within the run.
+    monkeypatch.setattr("lingbot_ros.stream.session.GRAPH_CAMERA_CAPACITY", 64)
     model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
     frames = torch.rand(140, 3, H, W, generator=torch.Generator().manual_seed(2)).cuda()
     fast = StreamingSession(model, settings())
