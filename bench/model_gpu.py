@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
     p.add_argument("--warmup", type=int, default=3, help="untimed phase-2 frames before timing")
     p.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    p.add_argument("--error-parts", action="store_true",
+                   help="also the mixed-precision error with graphs and fused blocks on one at a time (CUDA)")
     args = p.parse_args(argv)
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -111,6 +113,15 @@ def main(argv=None) -> int:
     mixed, _ = run(model, StreamSettings(dtype=low, **base), frames, device)
     err = {k: relative_error(mixed, ref, k) for k in keys}
     err32 = {k: relative_error(fast32, ref, k) for k in keys}
+    # Which optimisation moves the mixed-precision error: each one alone against the reference.
+    parts = {}
+    if args.error_parts and device.type == "cuda":
+        for label, kw in (("no graph, no fusion", dict(cuda_graphs=False, fused_blocks=False)),
+                          ("graph (split attention), no fusion", dict(fused_blocks=False)),
+                          ("fusion, no graph", dict(cuda_graphs=False))):
+            alone, _ = run(model, StreamSettings(dtype=low, **kw, **base), frames, device)
+            parts[label] = {k: relative_error(alone, ref, k) for k in keys}
+            del alone
     del ref, fast32, mixed, frames
 
     # 2) Speed and memory in the default (deployment) precision.
@@ -140,6 +151,8 @@ def main(argv=None) -> int:
          ", ".join(f"{k} {e[0]:.2e} (max {e[1]:.2e})" for k, e in err.items())),
         (f"rel. error float32 (defaults) vs float32 plain ({n_cmp} frames)",
          ", ".join(f"{k} {e[0]:.2e} (max {e[1]:.2e})" for k, e in err32.items())),
+        *((f"rel. error {low}, {label}", ", ".join(f"{k} {e[0]:.2e}" for k, e in errs.items()))
+          for label, errs in parts.items()),
         (f"frame time, {len(times)} timed frames", f"median {statistics.median(times_ms):.1f} ms, "
                                                     f"p90 {p90:.1f} ms, {1e3 / statistics.median(times_ms):.1f} FPS"),
         ("peak memory", peak),
