@@ -86,7 +86,7 @@ DESCRIPTIONS = {
     "attention_backend": "auto, torch or flashinfer",
     "cuda_graphs": "replay each frame step as a captured CUDA graph (CUDA with flashinfer; same outputs, "
                    "far less host work); false runs it eagerly",
-    "fused_blocks": "run the aggregator blocks' norms, RoPE and residual work as kernels fused by torch.compile "
+    "fused_blocks": "run the transformer blocks' norms, RoPE and residual work as kernels fused by torch.compile "
                     "(CUDA, single-frame steps; compiled once at warm-up, cached on disk); false keeps the eager kernels",
     "warmup": "run dummy frames through both phases at activate (kernel builds, CUDA graph capture) "
               "so the first real frames are not slow",
