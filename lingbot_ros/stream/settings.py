@@ -31,8 +31,9 @@ class StreamSettings:
     # Phase-2 frame steps replay a captured CUDA graph (CUDA with the FlashInfer backend only;
     # same outputs, far less host work per frame).
     cuda_graphs: bool = True
-    # Single-frame CUDA steps run the DINOv2 and aggregator blocks' layer norms, RoPE, casts and residual
-    # work as kernels fused by torch.compile (compiled once per process, on the first such frame).
+    # Single-frame CUDA steps run the DINOv2 and aggregator blocks' layer norms, RoPE, casts and
+    # residual work as kernels fused by torch.compile (compiled once per process, on the first
+    # such frame).
     fused_blocks: bool = True
 
     def __post_init__(self):
