@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lingbot_ros.cache import NothingToRollback
+from lingbot_ros.cache import CacheSpec, NothingToRollback
 from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.camera_cache import CameraKVCache
 from lingbot_ros.model.layers import dense_attend
@@ -234,3 +234,15 @@ def test_deferral_never_changes_outputs_even_past_its_budget(model, frames):
     # so the session has to flush on its own.
     deferred = run(StreamingSession(model, small(defer_evictions=True)), frames)
     assert_same(deferred, run(StreamingSession(model, small()), frames), atol=0)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_frame_pages_are_those_the_eviction_mode_uses(model, frames, defer):
+    """In steady state all frame pages but the next frame's are in use; only a deferring session
+    holds pages for its deferral budget (and its outputs do not depend on it: test above)."""
+    session = StreamingSession(model, small(defer_evictions=defer))
+    run(session, frames[:10])                    # 2 anchors + window 3 full, 5 frames evicted
+    kv = session.stats()["kv_cache"]
+    budget = CacheSpec.deferred_capacity if defer else 0
+    assert kv.anchor_pages + kv.window_pages == 5
+    assert kv.free_pages + kv.pending_pages == 1 + budget
