@@ -17,13 +17,9 @@ AttendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | 
 RopeFn = Callable[[torch.Tensor], torch.Tensor]
 
 
-def dense_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """key_mask: optional bool [Tk], False = key not visible to any query."""
+def dense_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # SDPA wants [B, H, T, D]; scale defaults to 1/sqrt(D) as in the spec.
-    mask = None if key_mask is None else key_mask.view(1, 1, 1, -1)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         attn_mask=mask)
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     return out.transpose(1, 2)
 
 
