@@ -57,11 +57,23 @@ class Aggregator(nn.Module):
                 fused: bool = False) -> list[torch.Tensor]:
         """images [S, 3, H, W] in [0, 1]; time_index float64 [S] -> 4 selected outputs [S, P, 2C].
         fused: the blocks' non-attention work as compiled kernels (`layers.fused_halves`)."""
-        S, _, H, W = images.shape
-        h, w = H // self.patch_size, W // self.patch_size
-        patches = self.patch_embed((images - self.mean) / self.std, fused=fused)  # [S, N, C]
+        return self.forward_patches(self.embed(images, fused), images.shape[-2:], first_frame=first_frame,
+                                    scale_slot=scale_slot, time_index=time_index,
+                                    global_attend=global_attend, fused=fused)
+
+    def embed(self, images: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        """images [S, 3, H, W] in [0, 1] -> patch tokens [S, N, C]. Reads no cache: a streaming
+        caller can start it before the caches' bookkeeping for the same frame."""
+        return self.patch_embed((images - self.mean) / self.std, fused=fused)
+
+    def forward_patches(self, patches: torch.Tensor, image_hw: tuple[int, int], *, first_frame: bool,
+                        scale_slot: int, time_index: torch.Tensor, global_attend: GlobalAttendFn,
+                        fused: bool = False) -> list[torch.Tensor]:
+        """`forward` after `embed`: patches [S, N, C] of images of size image_hw (H, W)."""
+        S = patches.shape[0]
+        h, w = image_hw[0] // self.patch_size, image_hw[1] // self.patch_size
         x = torch.cat([self.special_tokens(S, first_frame, scale_slot), patches], dim=1)  # [S, P, C]
-        rope_frame = self.rope2d(h, w, images.device)
+        rope_frame = self.rope2d(h, w, patches.device)
         # Without 3D RoPE the global blocks reuse the 2D positions (no temporal information).
         rope_global = self.rope3d(time_index, h, w) if self.rope3d is not None else rope_frame
         outputs = []

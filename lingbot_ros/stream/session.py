@@ -174,7 +174,7 @@ class StreamingSession:
                 dtype=self.compute_dtype, device=self.device)
             self._cache = PagedKVCache(spec, backend=s.attention_backend)
             self._cache.defer_evictions = s.defer_evictions
-            self._graph = (FrameGraph(self._forward, (1, 3, H, W), self.device)
+            self._graph = (FrameGraph(self._embed, self._forward, (1, 3, H, W), self.device)
                            if self._camera.static and self._cache.supports_graphs else None)
         return self._cache
 
@@ -211,21 +211,25 @@ class StreamingSession:
         F, _, H, W = images.shape
         t0 = self._stored
         cache = self._global_cache()
+        # The patch embedding reads no cache: launched first, it keeps the device busy while the
+        # host does both caches' begin_step (and FlashInfer's plan) for this frame.
+        graph = self._graph if not first_frame else None
+        patches = graph.embed(images) if graph is not None else self._embed(images)
         self._begin_global_step(cache, F, store)
         self._camera.begin_step(F, store)
         if t0 + F > self.config.max_frame_num and not self._warned_rope_range:
             self._warned_rope_range = True
             log.warning("3D-RoPE time index %d passes the trained range max_frame_num=%d; computing the "
                         "rotations anyway (upstream would stop here)", t0 + F - 1, self.config.max_frame_num)
-        if self._graph is not None and not first_frame and cache.step_table.static:
+        if graph is not None and cache.step_table.static:
             # One graph serves keyframes and non-keyframes alike: they differ only in index data.
             key = (cache.buffers_version, self._camera.generation)
-            poses, depth, depth_conf, extrinsic, intrinsic, points = self._graph.run(images, t0, key)
+            poses, depth, depth_conf, extrinsic, intrinsic, points = graph.run(t0, key)
         else:
             # A non-keyframe shares its time index with the next keyframe (spec 8.2).
             time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
             poses, depth, depth_conf, extrinsic, intrinsic, points = self._forward(
-                images, time_index, first_frame=first_frame, scale_slot=scale_slot)
+                patches, time_index, first_frame=first_frame, scale_slot=scale_slot)
         pose_enc = poses[-1]                                                     # [F, 9]
         results = [FrameResult(index=self._frames_seen + i, is_keyframe=store,
                                time_index=t0 + (i if store else 0), pose_enc=pose_enc[i],
@@ -238,19 +242,25 @@ class StreamingSession:
             self._stored += F
         return results
 
-    def _forward(self, images: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
-                 scale_slot: int = 1) -> tuple[torch.Tensor, ...]:
-        """The device work of one call, after both caches' begin_step: no host sync, no host
-        state change (a CUDA graph captures it). images [F, 3, H, W], time_index float64 [F] ->
-        (activated poses [I, F, 9], depth [F, H, W, 1], confidence [F, H, W], extrinsic
-        [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3])."""
-        _, _, H, W = images.shape
-        m = self.model
+    def _embed(self, images: torch.Tensor) -> torch.Tensor:
+        """The device work of one call that reads no cache: images [F, 3, H, W] -> patch tokens
+        [F, N, C]. No host sync, no host state change (a CUDA graph captures it)."""
         with self._autocast():
             # Phase 1's multi-frame batch runs once per stream: not worth a compiled variant.
-            outputs = m.aggregator(images, first_frame=first_frame, scale_slot=scale_slot,
-                                   time_index=time_index, global_attend=self._attend_global,
-                                   fused=self._fused and images.shape[0] == 1)
+            return self.model.aggregator.embed(images, fused=self._fused and images.shape[0] == 1)
+
+    def _forward(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
+                 scale_slot: int = 1) -> tuple[torch.Tensor, ...]:
+        """The rest of the call's device work, after `_embed` and both caches' begin_step: no
+        host sync, no host state change (a CUDA graph captures it). patches [F, N, C],
+        time_index float64 [F] -> (activated poses [I, F, 9], depth [F, H, W, 1], confidence
+        [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3])."""
+        H, W = self._image_hw
+        m = self.model
+        with self._autocast():
+            outputs = m.aggregator.forward_patches(
+                patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
+                global_attend=self._attend_global, fused=self._fused and patches.shape[0] == 1)
         outputs = [o.float() for o in outputs]                                   # heads run in fp32
         poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
         depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
