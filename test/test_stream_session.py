@@ -246,3 +246,27 @@ def test_frame_pages_are_those_the_eviction_mode_uses(model, frames, defer):
     budget = CacheSpec.deferred_capacity if defer else 0
     assert kv.anchor_pages + kv.window_pages == 5
     assert kv.free_pages + kv.pending_pages == 1 + budget
+
+
+def test_embedding_is_launched_before_the_caches_bookkeeping(model, frames):
+    """The patch embedding reads no cache, so every call issues it before the caches'
+    begin_step: on a GPU the host's bookkeeping (and FlashInfer's plan) then overlaps it."""
+    session = StreamingSession(model, small())
+    order = []
+    embed = model.aggregator.embed
+
+    def recording_embed(*args, **kwargs):
+        order.append("embed")
+        return embed(*args, **kwargs)
+
+    run(session, frames[:1])                    # builds the caches (phase 1 still buffering)
+    cache_begin, camera_begin = session._global_cache().begin_step, session._camera.begin_step
+    session._global_cache().begin_step = lambda *a, **k: (order.append("cache"), cache_begin(*a, **k))
+    session._camera.begin_step = lambda *a, **k: (order.append("camera"), camera_begin(*a, **k))
+    model.aggregator.embed = recording_embed
+    try:
+        results = run(session, frames[1:4])     # the phase-1 batch, then two phase-2 frames
+    finally:
+        del model.aggregator.embed
+    assert len(results) == 4
+    assert order == ["embed", "cache", "camera"] * 3
