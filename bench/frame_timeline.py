@@ -75,6 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--frames", type=int, default=30, help="frames timed at each count")
     ap.add_argument("--profiled", type=int, default=3, help="replays profiled at each count")
     args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("this benchmark times CUDA graphs and kernels: it needs a CUDA device")
 
     torch.manual_seed(0)
     model = build_model(ModelConfig.preset(args.preset), device="cuda")

@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--height", type=int, default=378)
     ap.add_argument("--width", type=int, default=518)
     args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("this benchmark times the CUDA warm-up (FlashInfer JIT, torch.compile, graph capture): it needs a CUDA device")
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))   # as the node does
     rows = [("import torch + package", time.perf_counter() - START)]
     module_builds: list[float] = []
