@@ -84,7 +84,7 @@ DESCRIPTIONS = {
     "camera_num_iterations": "camera head refinement iterations",
     "dtype": "auto, float32, float16 or bfloat16",
     "attention_backend": "auto, torch or flashinfer",
-    "cuda_graphs": "replay each frame step as a captured CUDA graph (CUDA with flashinfer; same outputs, "
+    "cuda_graphs": "replay each frame step as captured CUDA graphs (CUDA with flashinfer; same outputs, "
                    "far less host work); false runs it eagerly",
     "fused_blocks": "run the transformer blocks' norms, RoPE and residual work as kernels fused by torch.compile "
                     "(CUDA, single-frame steps; compiled once at warm-up, cached on disk); false keeps the eager kernels",

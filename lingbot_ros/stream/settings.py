@@ -28,7 +28,7 @@ class StreamSettings:
     max_special_tokens: Optional[int] = None
     dtype: str = "auto"                # auto: float32 on CPU, bf16 mixed precision on CUDA (spec 14)
     attention_backend: str = "auto"
-    # Phase-2 frame steps replay a captured CUDA graph (CUDA with the FlashInfer backend only;
+    # Phase-2 frame steps replay captured CUDA graphs (CUDA with the FlashInfer backend only;
     # same outputs, far less host work per frame).
     cuda_graphs: bool = True
     # Single-frame CUDA steps run the DINOv2 and aggregator blocks' layer norms, RoPE, casts and
