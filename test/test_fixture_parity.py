@@ -5,26 +5,51 @@ import numpy as np
 import pytest
 import torch
 
+from lingbot_ros.mapping.windows import WindowRule, frame_type, stitch_plan
 from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.stream import StreamingSession
 from lingbot_ros.tools import fixture
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
-FIXTURES = ("tiny_default", "tiny_kf2", "tiny_conv2d")
+FIXTURES = ("tiny_default", "tiny_kf2", "tiny_conv2d", "tiny_windowed")
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_fixture_matches_expected(parity_fixtures_dir, tmp_path, name):
+def test_fixture_matches_expected(parity_fixtures_dir, tmp_path, capsys, name):
     ref = parity_fixtures_dir / name
     out = tmp_path / "out.npz"
-    assert fixture.main([str(ref), str(out), "--quiet"]) == 0
+    assert fixture.main([str(ref), str(out), "--quiet", "--check"]) == 0
     with np.load(ref / "expected.npz") as expected, np.load(out) as actual:
         expected, actual = dict(expected), dict(actual)
     report = fixture.compare(expected, actual)
     assert set(report) == set(expected)
     failed = {k: ratio for k, (ok, ratio) in report.items() if not ok}
     assert not failed, f"{name}: keys over the spec-18 tolerance (error/allowance): {failed}"
+    # --check compares every expected key (tiny_windowed: chunk_scales and chunk_transforms too).
+    checked = {line.split()[0] for line in capsys.readouterr().out.splitlines() if line.split()[1:2] == ["ok"]}
+    assert checked == set(expected)
+    if json.loads((ref / "config.json").read_text())["run"].get("mode") == "windowed":
+        assert "pose_enc_list" not in actual and {"chunk_scales", "chunk_transforms"} <= set(actual)
+
+
+def test_windowed_fixture_sources_and_frame_types(parity_fixtures_dir):
+    """config.json per_frame's source_window and frame_type (informational) follow from the rule."""
+    config = json.loads((parity_fixtures_dir / "tiny_windowed" / "config.json").read_text())
+    run, per_frame = config["run"], config["per_frame"]
+    settings = fixture.settings_from_run(run)
+    rule = WindowRule.from_settings(settings, run["window_size"], run["overlap_size"], run["overlap_keyframes"])
+    S, K = run["num_frames"], settings.keyframe_interval
+    windows = rule.windows(S)
+    assert len(windows) == 5
+    plan = stitch_plan(windows, rule.layout(S).overlap)
+    assert [f for f, _, _ in plan] == list(range(S))
+    assert [k for _, k, _ in plan] == per_frame["source_window"]
+    types = []
+    for _, k, j in plan:
+        n_w = min(rule.layout(S).scale_frames, windows[k][1] - windows[k][0])
+        types.append(frame_type(j, n_w, j < n_w or K <= 1 or (j - n_w) % K == 0))
+    assert types == per_frame["frame_type"]
 
 
 def test_check_flag_and_per_frame_time_index(parity_fixtures_dir, tmp_path, capsys):

@@ -119,11 +119,10 @@ def align_window(prev: Sequence[PairedFrame], cur: Sequence[PairedFrame], overla
     """
     if estimator not in ESTIMATORS:
         raise AlignmentError(f"unknown alignment estimator {estimator!r}; use one of {ESTIMATORS}")
+    if overlap <= 0:
+        return Similarity.identity(cur[0].pose_enc.device if cur else None)
     if not prev or not cur:
         raise AlignmentError(f"alignment needs frames of both windows, got {len(prev)} and {len(cur)}")
-    device = cur[0].pose_enc.device
-    if overlap <= 0:
-        return Similarity.identity(device)
     st, m = overlap_pairs(len(prev), len(cur), overlap)
     p, q = prev[st:st + m], cur[:m]
     if estimator == "anchor":
