@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lingbot_ros.mapping.similarity import (AlignmentError, Similarity, align_window, depth_ratio_scale,
-                                            rotations_to_quaternions, warp_frame, warp_pose_enc)
+                                            overlap_agreement, rotations_to_quaternions, warp_frame,
+                                            warp_pose_enc)
 from lingbot_ros.mapping.trajectory import rotation_to_quaternion
 from lingbot_ros.mapping.windows import (KEYFRAME, NON_KEYFRAME, PHASE1, WindowedRun, WindowError,
                                          WindowLayout, WindowRule, frame_type, stitch_plan)
@@ -297,6 +298,38 @@ def test_lower_median_and_validity_rule():
     assert float(r([torch.ones(2)], [torch.zeros(2)])) == 1.0                      # none valid -> 1
     assert float(r([torch.full((3,), 1e5)], [torch.ones(3)])) == pytest.approx(1e3)   # clamped
     assert float(r([torch.full((3,), 1e-6)], [torch.ones(3)])) == pytest.approx(1e-3)
+
+
+def rot_z(deg):
+    a = math.radians(deg)
+    return np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+
+
+def test_all_frames_averages_rotation_and_fits_translation():
+    # Two pairs whose rotations are off by +10 and -10 degrees about z and whose centres are off
+    # by +d and -d: the chordal mean and the least-squares t cancel both; the anchor takes pair 1.
+    rng = np.random.default_rng(5)
+    cur = random_frames(rng, 2, shape=(2, 2))
+    s, R, t = random_similarity(rng)
+    d = np.array([0.3, -0.2, 0.1])
+    prev = [seen_through(f, s, R, t) for f in cur]
+    for j, sign in enumerate((1, -1)):
+        prev[j].pose_enc[3:7] = seen_through(cur[j], s, rot_z(10 * sign) @ R, t).pose_enc[3:7]
+        prev[j].pose_enc[:3] += torch.tensor(sign * d, dtype=torch.float32)
+    assert_similarity(align_window(prev, cur, 2, "all_frames"), s, R, t, atol=5e-5)
+    anchor = align_window(prev, cur, 2, "anchor")
+    np.testing.assert_allclose(anchor.rotation.numpy(), rot_z(-10) @ R, atol=2e-5)
+
+
+def test_overlap_agreement_by_hand():
+    line = [Frame(torch.tensor([float(x), 0, 0, 0, 0, 0, 1, 1, 1]), torch.ones(1, 1)) for x in range(4)]
+    shifted = [Frame(f.pose_enc + torch.tensor([0., 1, 0, 0, 0, 0, 0, 0, 0]), f.depth) for f in line]
+    # prev: 4 frames, overlap 3 -> its frames 1..3 pair with cur's 0..2 (x = 1, 2, 3 vs x = 0, 1, 2, y = 1).
+    distance, motion = overlap_agreement(line, shifted, 3, Similarity.identity())
+    assert distance == pytest.approx(math.sqrt(2)) and motion == pytest.approx(2.0)
+    back = Similarity(torch.tensor(1.0), torch.eye(3), torch.tensor([1., -1, 0]))
+    assert overlap_agreement(line, shifted, 3, back) == pytest.approx((0.0, 2.0), abs=1e-6)
+    assert overlap_agreement(line, shifted, 0, back) == (0.0, 0.0)
 
 
 def test_no_overlap_is_the_identity_and_bad_calls_are_named():

@@ -140,6 +140,22 @@ def align_window(prev: Sequence[PairedFrame], cur: Sequence[PairedFrame], overla
     return Similarity(scale, rotation, translation)
 
 
+def overlap_agreement(prev: Sequence[PairedFrame], cur: Sequence[PairedFrame], overlap: int,
+                      sim: Similarity) -> tuple[float, float]:
+    """How well two windows agree on their shared frames once ``cur`` is moved by ``sim``:
+    (mean distance between the paired camera centres, path length of ``prev``'s centres over the
+    pairs), both in ``prev``'s units; their ratio is the disagreement relative to the motion.
+    Same arguments and pairing as ``align_window``; (0, 0) without an overlap."""
+    if overlap <= 0 or not prev or not cur:
+        return 0.0, 0.0
+    st, m = overlap_pairs(len(prev), len(cur), overlap)
+    centres_p = torch.stack([f.pose_enc[:3] for f in prev[st:st + m]]).double()
+    centres_q = sim.apply(torch.stack([f.pose_enc[:3] for f in cur[:m]])).double()
+    distance = (centres_p - centres_q).norm(dim=-1).mean()
+    path = (centres_p[1:] - centres_p[:-1]).norm(dim=-1).sum()
+    return float(distance), float(path)
+
+
 def depth_ratio_scale(prev_depths: Sequence[torch.Tensor], cur_depths: Sequence[torch.Tensor]) -> torch.Tensor:
     """Lower median (rank floor((N-1)/2), like torch.median) of the pooled ratios prev / cur over
     the pixel pairs with both depths finite and |cur| > 2^-23; 1 if there are none; clamped."""
