@@ -194,7 +194,7 @@ class WindowedRun:
     previous one's warped outputs, warps it and yields its stitched frames as soon as they are
     final, holding at most one window's inputs and outputs. A single window (L >= S) comes back
     untouched (raw quaternions); otherwise every frame is warped, window 0 by the identity.
-    ``similarities`` grows by one per window run.
+    ``similarities`` grows by one per window run (cleared when ``frames`` starts again).
     """
 
     def __init__(self, session: StreamingSession, rule: WindowRule, num_frames: int, estimator: str = "anchor"):
@@ -221,6 +221,7 @@ class WindowedRun:
         """inputs: the ``num_frames`` preprocessed images [3, H, W] in order (a [S, 3, H, W] tensor
         works). Yields the stitched frames in order (``num_frames`` of them unless ov >= L)."""
         ov = self.layout.overlap
+        self.similarities = []
         contributed = {}                                   # window -> output frames it gives
         for _, k, _ in stitch_plan(self.windows, ov):
             contributed[k] = contributed.get(k, 0) + 1
