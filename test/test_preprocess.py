@@ -61,7 +61,11 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ImageError, match="uint8 HxWx3"):
         Preprocessor()(np.zeros((10, 10, 3), np.float32))
     with pytest.raises(ImageError, match="too wide"):
-        resize_plan(5000, 10)
+        resize_plan(5000, 20)
+    with pytest.raises(ImageError, match="smaller than one patch"):
+        resize_plan(1, 1)
+    with pytest.raises(ImageError, match="smaller than one patch"):
+        resize_plan(4000, 10)
 
 
 def exact_vs_fast(paths, size):

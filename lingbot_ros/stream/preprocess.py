@@ -27,8 +27,8 @@ class ResizePlan:
 
 
 def resize_plan(orig_w: int, orig_h: int, target_width: int = 518, patch_size: int = 14) -> ResizePlan:
-    if orig_w <= 0 or orig_h <= 0:
-        raise ImageError(f"image size must be positive, got {orig_w}x{orig_h}")
+    if orig_w < patch_size or orig_h < patch_size:
+        raise ImageError(f"image {orig_w}x{orig_h} is smaller than one patch ({patch_size} px) on a side")
     # Python's round is half-to-even, as in the demo [quirk].
     new_h = round(orig_h * target_width / orig_w / patch_size) * patch_size
     if new_h < patch_size:
