@@ -77,7 +77,7 @@ def write_tum(path: str | Path, trajectory: Trajectory) -> None:
     nanosecond digits would print rounding noise (1700000000.099999905 for .1 s).
     """
     lines = []
-    for stamp_s, c2w in trajectory:
+    for stamp_s, c2w, _ in trajectory:
         qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
         tx, ty, tz = c2w[:3, 3]
         lines.append(f"{stamp_s:.6f} {tx:.9g} {ty:.9g} {tz:.9g} "
@@ -101,3 +101,19 @@ def read_tum(path: str | Path) -> Trajectory:
         c2w[:3, 3] = (tx, ty, tz)
         trajectory.append(stamp_s, c2w)
     return trajectory
+
+
+def write_windows(path: str | Path, records) -> None:
+    """One row per window of a windowed run: its number in its stream, the Mapper index of its
+    first frame, the alignment's scale, its rotation and translation into window 0's model frame
+    (spec 13.1 ``chunk_scales`` / ``chunk_transforms``, OpenCV axes) and how well the overlap
+    agreed (mean camera-centre distance over the overlap relative to the motion over it)."""
+    lines = ["window,first_index,scale," + ",".join(f"r{i}{j}" for i in range(3) for j in range(3))
+             + ",tx,ty,tz,overlap_error\n"]
+    for record in records:
+        sim = record.similarity
+        rotation = sim.rotation.detach().cpu().double().numpy().reshape(-1)
+        translation = sim.translation.detach().cpu().double().numpy()
+        values = [float(sim.scale), *rotation, *translation, record.overlap_error]
+        lines.append(f"{record.window},{record.first_index}," + ",".join(f"{v:.9g}" for v in values) + "\n")
+    Path(path).write_text("".join(lines))

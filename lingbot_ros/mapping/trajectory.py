@@ -1,6 +1,7 @@
 """Camera trajectory (stamped camera-to-world poses) and rotation <-> quaternion conversion."""
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Iterator, NamedTuple
 
@@ -9,13 +10,16 @@ import numpy as np
 
 class StampedPose(NamedTuple):
     stamp_s: float
-    c2w: np.ndarray  # [4, 4] float64 camera-to-world (OpenCV camera axes)
+    c2w: np.ndarray  # [4, 4] float64 camera-to-world
+    key: int = -1    # the caller's id of the pose (the Mapper's frame index), for remove/replace
 
 
 class Trajectory:
     """Stamped camera-to-world poses in arrival order.
 
     With ``max_length`` set, only the newest ``max_length`` poses are kept (oldest dropped first).
+    ``remove`` and ``replace`` look a key up from the newest end: they serve the last few poses
+    (a rolled-back frame, a windowed run's overlap), not random access.
     """
 
     def __init__(self, max_length: int | None = None):
@@ -24,14 +28,36 @@ class Trajectory:
         self.max_length = max_length
         self._poses: deque[StampedPose] = deque(maxlen=max_length)
 
-    def append(self, stamp_s: float, c2w: np.ndarray) -> None:
+    def append(self, stamp_s: float, c2w: np.ndarray, key: int = -1) -> None:
         """Add a pose. ``c2w``: ``[3, 4]`` or ``[4, 4]`` camera-to-world ``[R | t]``."""
-        c2w = np.asarray(c2w, dtype=np.float64)
-        if c2w.shape not in ((3, 4), (4, 4)):
-            raise ValueError(f"c2w must be [3, 4] or [4, 4], got shape {c2w.shape}")
-        full = np.eye(4)
-        full[:3, :] = c2w[:3, :]
-        self._poses.append(StampedPose(float(stamp_s), full))
+        self._poses.append(StampedPose(float(stamp_s), _full(c2w), key))
+
+    def remove(self, key: int) -> bool:
+        """Drop the pose with ``key``; False if it is not (or no longer) held."""
+        at = self._find(key)
+        if at is None:
+            return False
+        del self._poses[at]
+        return True
+
+    def replace(self, key: int, c2w: np.ndarray) -> bool:
+        """Give the pose with ``key`` a new value (same stamp); False if it is not held."""
+        at = self._find(key)
+        if at is None:
+            return False
+        old = self._poses[at]
+        self._poses[at] = StampedPose(old.stamp_s, _full(c2w), key)
+        return True
+
+    def newest(self, count: int) -> list[StampedPose]:
+        """The newest ``count`` poses, oldest first."""
+        return list(itertools.islice(reversed(self._poses), count))[::-1]
+
+    def _find(self, key: int) -> int | None:
+        for offset, pose in enumerate(reversed(self._poses)):
+            if pose.key == key:
+                return len(self._poses) - 1 - offset
+        return None
 
     def clear(self) -> None:
         self._poses.clear()
@@ -52,6 +78,15 @@ class Trajectory:
     def c2w(self) -> np.ndarray:
         """``[N, 4, 4]`` float64 camera-to-world poses."""
         return np.array([p.c2w for p in self._poses], dtype=np.float64).reshape(-1, 4, 4)
+
+
+def _full(c2w) -> np.ndarray:
+    c2w = np.asarray(c2w, dtype=np.float64)
+    if c2w.shape not in ((3, 4), (4, 4)):
+        raise ValueError(f"c2w must be [3, 4] or [4, 4], got shape {c2w.shape}")
+    full = np.eye(4)
+    full[:3, :] = c2w[:3, :]
+    return full
 
 
 def rotation_to_quaternion(rotation: np.ndarray) -> np.ndarray:

@@ -1,0 +1,85 @@
+"""The one place a model, its streaming session and the preprocessor are assembled from settings.
+
+The node, the offline tool, the fixture tool and the benchmarks all build through here, so that
+device resolution, the model preset rule, checkpoint loading, the matmul weight dtype and the
+stream settings derived from the mapping settings are written once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+
+from ..model import LingBotMap, ModelConfig, build_model, load_checkpoint
+from ..stream import Preprocessor, StreamingSession, StreamSettings
+from .settings import MapperSettings
+
+# torch.compile's kernel cache; PyTorch's default lives under /tmp and is gone after a reboot.
+INDUCTOR_CACHE = Path.home() / ".cache" / "lingbot_ros" / "torchinductor"
+
+
+@dataclasses.dataclass
+class SessionBundle:
+    model: LingBotMap
+    session: StreamingSession
+    preprocessor: Preprocessor
+    device: str
+    description: str          # for logs: preset / file, checkpoint, device
+    random_weights: bool      # no checkpoint: the output is not a map
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device '{name}' requested but CUDA is not available (set device to cpu)")
+    return name
+
+
+def model_config(settings: MapperSettings) -> tuple[ModelConfig, str]:
+    """The architecture: ``model_config`` (a preset name or a JSON file), else lingbot-map with a
+    checkpoint and the tiny test model without one."""
+    name = settings.model_config or ("lingbot-map" if settings.checkpoint else "tiny")
+    return ModelConfig.from_name(name), name
+
+
+def stream_settings(settings: MapperSettings) -> StreamSettings:
+    return StreamSettings(
+        num_scale_frames=settings.num_scale_frames, scale_frames=settings.scale_frames,
+        keyframe_interval=settings.keyframe_interval, camera_num_iterations=settings.camera_num_iterations,
+        sliding_window=settings.sliding_window, cross_frame_special=settings.cross_frame_special,
+        include_scale_frames=settings.include_scale_frames, camera_only=settings.camera_only,
+        # The motion policy stores every frame, then keeps it or rolls it back: deferral makes
+        # the rollback exact (nothing is evicted until the flush).
+        defer_evictions=settings.keyframe_policy == "motion",
+        dtype=settings.dtype, attention_backend=settings.attention_backend,
+        cuda_graphs=settings.cuda_graphs, fused_blocks=settings.fused_blocks)
+
+
+def load_model(settings: MapperSettings, device: str) -> tuple[LingBotMap, str]:
+    """The model on ``device`` with the checkpoint's weights (seeded random weights without one),
+    its matmul weights stored in the session's compute dtype. Returns it and a description."""
+    if settings.fused_blocks and device.startswith("cuda"):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+    arch, arch_name = model_config(settings)
+    model = build_model(arch, device=device, random_init=not settings.checkpoint)
+    if settings.checkpoint:
+        load_checkpoint(model, settings.checkpoint)
+    model.store_matmul_weights(stream_settings(settings).compute_dtype(model.device))
+    return model, f"model {arch_name}, {settings.checkpoint or 'random weights'}, on {device}"
+
+
+def new_session(model: LingBotMap, settings: MapperSettings) -> StreamingSession:
+    """Another session over an already loaded model (benchmarks compare variants this way)."""
+    return StreamingSession(model, stream_settings(settings))
+
+
+def build(settings: MapperSettings) -> SessionBundle:
+    """Raises with a message naming the file or setting at fault."""
+    device = resolve_device(settings.device)
+    model, description = load_model(settings, device)
+    preprocessor = Preprocessor(target_width=settings.image_width, device=device, exact=settings.exact_resize)
+    return SessionBundle(model=model, session=new_session(model, settings), preprocessor=preprocessor,
+                         device=device, description=description, random_weights=not settings.checkpoint)

@@ -1,0 +1,133 @@
+"""The windowed long-run policy, one frame at a time (spec 13.1, the [improve] note).
+
+A window is a stream of ``L`` frames from a fresh session. When the first frame past a full
+window arrives, the next window starts: the session is reset and the window's last ``ov`` input
+frames run again (phase 1, then streamed), their raw results are aligned to the previous window's
+warped results of the same frames (``similarity.align_window``), and from then on every result
+of the window is warped into window 0's frame (``similarity.warp_frame``). That reproduces the
+original's offline window list and stitching for ``1 <= ov < L`` (``WindowRule.check_live``).
+
+A frame at position ``i`` of its window is final at once when ``i < L - ov``; the window's last
+``ov`` frames are provisional: they are published as they come, and their final value is the
+next window's re-run (or their own, when the stream ends). This class keeps the bookkeeping;
+the Mapper runs the session and places the outputs.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import torch
+
+from ..stream import FrameResult
+from .records import InputFrame, MapperOutput
+from .similarity import Similarity, align_window, overlap_agreement, warp_frame
+from .windows import WindowRule
+
+# Frames a window keeps beyond the overlap, so that rolling back this many newest frames still
+# leaves the overlap's inputs and results for the next switch (the cache's exact-rollback budget).
+ROLLBACK_MARGIN = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowRecord:
+    """One window's placement in window 0's model frame (what offline runs write out)."""
+
+    window: int
+    first_index: int          # Mapper frame index of the window's first frame
+    similarity: Similarity
+    overlap_error: float      # mean camera-centre distance over the overlap / motion over it (nan: none)
+
+
+@dataclasses.dataclass
+class Pending:
+    """A frame given to the session whose result has not come back yet (phase-1 buffering)."""
+
+    frame: InputFrame
+    index: int
+    position: int             # position in its window
+    rerun: bool               # run again at a switch (its first value came from the last window)
+    image: torch.Tensor
+
+
+class LiveWindows:
+    def __init__(self, rule: WindowRule, estimator: str):
+        rule.check_live()
+        self.rule, self.estimator = rule, estimator
+        self.length, self.overlap = rule.window_frames, rule.overlap
+        self.records: list[WindowRecord] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to window 0 (a restart of the stream)."""
+        self.number = 0
+        self.count = 0                           # frames given to this window's session
+        keep = self.overlap + ROLLBACK_MARGIN
+        self.inputs: collections.deque[Pending] = collections.deque(maxlen=keep)
+        self.tail: collections.deque[FrameResult] = collections.deque(maxlen=keep)   # warped results
+        self.similarity: Similarity | None = Similarity.identity()
+        self.head: list[tuple[Pending, FrameResult]] = []   # raw results waiting for the alignment
+        self.previous_tail: list[FrameResult] = []
+        self.provisional: collections.OrderedDict[int, MapperOutput] = collections.OrderedDict()
+        self.last_scale = 1.0
+        self.last_overlap_error = float("nan")
+
+    @property
+    def switch_due(self) -> bool:
+        return self.count >= self.length
+
+    def is_final(self, position: int) -> bool:
+        return position < self.length - self.overlap
+
+    def next_window(self) -> list[Pending]:
+        """Start the next window; returns the frames to run again (the last ``ov``), which the
+        caller gives to the reset session in order."""
+        rerun = list(self.inputs)[-self.overlap:]
+        self.previous_tail = list(self.tail)[-self.overlap:]
+        self.number += 1
+        self.count = 0
+        self.inputs.clear()
+        self.tail.clear()
+        self.similarity = None
+        self.head = []
+        return [dataclasses.replace(p, rerun=True) for p in rerun]
+
+    def enter(self, pending: Pending) -> Pending:
+        """A frame given to the session: take its position."""
+        if self.number == 0 and self.count == 0:   # window 0 of a stream: the identity
+            self.records.append(WindowRecord(0, pending.index, self.similarity, float("nan")))
+        pending.position = self.count
+        self.count += 1
+        self.inputs.append(pending)
+        return pending
+
+    def place(self, pending: Pending, raw: FrameResult) -> list[tuple[Pending, FrameResult]]:
+        """One raw result -> the (frame, warped result) pairs that can be placed now, in order:
+        nothing while the window waits for its overlap, then the whole overlap at once."""
+        if self.similarity is None:
+            self.head.append((pending, raw))
+            if len(self.head) < self.overlap:
+                return []
+            self._align()
+            ready, self.head = self.head, []
+        else:
+            ready = [(pending, raw)]
+        placed = [(p, warp_frame(r, self.similarity)) for p, r in ready]
+        self.tail.extend(result for _, result in placed)
+        return placed
+
+    def forget_newest(self, had_result: bool) -> None:
+        """The newest frame was rolled back (``had_result``: it was placed, not still buffered)."""
+        self.count -= 1
+        self.inputs.pop()
+        if had_result:
+            self.tail.pop()
+
+    def _align(self) -> None:
+        current = [raw for _, raw in self.head]
+        self.similarity = align_window(self.previous_tail, current, self.overlap, self.estimator)
+        distance, path = overlap_agreement(self.previous_tail, current, self.overlap, self.similarity)
+        self.last_scale = float(self.similarity.scale)
+        self.last_overlap_error = distance / path if path > 0 else float("nan")
+        self.records.append(WindowRecord(self.number, self.head[0][0].index, self.similarity,
+                                         self.last_overlap_error))

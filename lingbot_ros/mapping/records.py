@@ -1,0 +1,116 @@
+"""The Mapper's inputs and outputs: frames in, placed per-frame results, notices and snapshots out."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..stream import FrameResult
+from .frames import Placement
+from .points import image_to_rgb_uint8, select_points
+
+# MapStatus.STATE_* values (msg/MapStatus.msg); the mapping layer owns their meaning.
+WAITING, INITIALISING, TRACKING, RESET = 0, 1, 2, 3
+STATE_NAMES = {WAITING: "waiting", INITIALISING: "initialising", TRACKING: "tracking", RESET: "reset"}
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFrame:
+    """One decoded camera image. ``source`` is the front end's own handle (e.g. the ROS header
+    stamp), passed through untouched to the frame's outputs."""
+
+    rgb: np.ndarray            # [H, W, 3] uint8 RGB
+    stamp_ns: int
+    frame_id: str = ""
+    source: Any = None
+    received_ns: int = 0       # time.monotonic_ns() when the front end got it
+
+
+@dataclasses.dataclass
+class MapperOutput:
+    """One frame's result, placed in ``map``.
+
+    ``provisional``: the value may still change (a windowed run's overlap frames get their final
+    value from the next window); the Mapper reports the final value again when it is known.
+    """
+
+    frame: InputFrame
+    index: int                 # frames processed since configure (one number per input frame)
+    camera_pose: np.ndarray    # [4, 4] T_map_camera (camera optical frame)
+    trusted: bool              # False for the phase-1 batch and the first pose after a restart
+    is_keyframe: bool
+    provisional: bool
+    placement: Placement       # map pose of the model world this result came from
+    result: FrameResult        # model outputs in that world (tensors on the model's device)
+
+    @property
+    def stamp_ns(self) -> int:
+        return self.frame.stamp_ns
+
+    @property
+    def depth(self) -> torch.Tensor:
+        """[H, W] depth along the optical axis in map units (model depth times the placement's scale)."""
+        return self.result.depth * self.placement.scale if self.placement.scale != 1.0 else self.result.depth
+
+    def points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """Confidence-filtered, strided coloured points of this frame in ``map``: (xyz float32
+        [N, 3], rgb uint8 [N, 3]). The selection runs where the tensors are; only the kept
+        points reach the host."""
+        colours = image_to_rgb_uint8(self.result.image)
+        xyz, rgb = select_points(self.result.world_points, colours, self.result.depth_conf,
+                                 min_confidence, stride)
+        return self.placement.points(xyz), rgb
+
+
+@dataclasses.dataclass(frozen=True)
+class Notice:
+    """Something a front end should tell its user (the Mapper itself never logs to a user)."""
+
+    kind: str                  # RESTART, REJECTED, FAILED, BOUND
+    text: str
+
+
+RESTART, REJECTED, FAILED, BOUND = "restart", "rejected", "failed", "bound"
+
+
+@dataclasses.dataclass
+class StepOutcome:
+    """What one Mapper verb produced.
+
+    ``new``: outputs of frames seen for the first time (publish them); ``final``: outputs whose
+    value is now final (a file writer writes these, each frame exactly once over a run; for a
+    non-windowed run they are the same objects as ``new``).
+    """
+
+    new: list[MapperOutput] = dataclasses.field(default_factory=list)
+    final: list[MapperOutput] = dataclasses.field(default_factory=list)
+    notices: list[Notice] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class MapperSnapshot:
+    """The Mapper's state after its last verb, for status and diagnostics (immutable: another
+    thread can read it while the next frame runs)."""
+
+    state: int = WAITING
+    state_text: str = "waiting for images"
+    init_frames: int = 0
+    init_frames_needed: int = 0
+    processed: int = 0
+    rejected: int = 0
+    failed: int = 0
+    restarts: int = 0
+    keyframes: int = 0         # frames stored in the attention cache now
+    cache_pages: int = 0
+    cache_bytes: int = 0
+    model_ms: float = 0.0
+    map_points: int = 0
+    trajectory_poses: int = 0
+    last_error: str = ""
+    window: int = 0                   # windowed policy: the current window's number in its stream
+    window_scale: float = 1.0         # its alignment's scale to the previous window
+    window_overlap_error: float = float("nan")   # mean centre distance over the overlap / motion
+    last_stamp_ns: int | None = None
+    last_source: Any = None    # the front end's handle of the last processed frame

@@ -1,0 +1,231 @@
+"""MapperSettings: every choice of the mapping pipeline, one name each, validated in one place.
+
+The node declares one ROS parameter per field and the command-line tools one flag per field
+(``sliding_window`` is the parameter ``sliding_window`` and the flag ``--sliding-window``), with
+the defaults and help texts written here. Front-end-only settings (topics, QoS, output files)
+live with their front end and use the same helpers (``setting``, ``validate``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Callable, Mapping
+
+from ..stream import SettingsError   # one error type for every settings problem
+
+KEYFRAME_POLICIES = ("interval", "motion")
+LONG_RUN_POLICIES = ("windowed", "reset", "none")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+ATTENTION_BACKENDS = ("auto", "torch", "flashinfer")
+WINDOW_ALIGNMENTS = ("anchor", "all_frames")
+
+
+# When a setting may change (the node maps these to read-only / live ROS parameters):
+CONFIGURE = "configure"   # fixed while the model is loaded (read-only parameter)
+ACTIVATE = "activate"     # taken at activate (inputs); may change while inactive
+LIVE = "live"             # applied at once, between frames
+
+
+def setting(default, help: str, *, choices: tuple | None = None, minimum: float | None = None,
+            above: float | None = None, check: Callable[[Any], str | None] | None = None,
+            when: str = CONFIGURE):
+    """A dataclass field with its help text and the rules ``field_errors`` applies to it.
+
+    ``minimum``: value >= minimum; ``above``: value > above; ``check(value)`` returns an error
+    text (without the field name) or None; ``when``: CONFIGURE, ACTIVATE or LIVE.
+    """
+    return dataclasses.field(default=default, metadata={
+        "help": help, "choices": choices, "minimum": minimum, "above": above, "check": check,
+        "when": when})
+
+
+def parse_image_size(text: str) -> tuple[int, int] | None:
+    """'640x480' -> (640, 480); None if it is not two positive integers."""
+    try:
+        width, height = (int(v) for v in str(text).lower().split("x"))
+    except ValueError:
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _image_size(value) -> str | None:
+    return None if parse_image_size(value) else "must be WIDTHxHEIGHT in pixels, e.g. 640x480"
+
+
+def _existing_file_or_empty(value) -> str | None:
+    if value and not os.path.isfile(value):
+        return "names a file that does not exist (set an existing .pt, or '' for the tiny random model)"
+    return None
+
+
+def _model_config(value) -> str | None:
+    if value.endswith(".json") and not os.path.isfile(value):
+        return "names a JSON file that does not exist (or use a preset: tiny, lingbot-map)"
+    return None
+
+
+def _device(value) -> str | None:
+    if value in ("auto", "cpu") or value == "cuda" or (value.startswith("cuda:") and value[5:].isdigit()):
+        return None
+    return "must be auto, cpu, cuda or cuda:N"
+
+
+def _patch_multiple(value) -> str | None:
+    return None if value >= 14 and value % 14 == 0 else "must be a positive multiple of 14 (the patch size)"
+
+
+@dataclasses.dataclass(frozen=True)
+class MapperSettings:
+    # -- the model and its session --------------------------------------------------------------
+    checkpoint: str = setting("", "model checkpoint (.pt); empty = tiny random-weight model, NOT a real map",
+                              check=_existing_file_or_empty)
+    model_config: str = setting("", "preset name (tiny, lingbot-map) or JSON file; empty = lingbot-map with "
+                                    "a checkpoint, tiny without", check=_model_config)
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N", check=_device)
+    dtype: str = setting("auto", "auto (bfloat16 on CUDA, float32 on the CPU), float32, float16 or bfloat16",
+                         choices=DTYPES)
+    attention_backend: str = setting("auto", "auto, torch or flashinfer", choices=ATTENTION_BACKENDS)
+    cuda_graphs: bool = setting(True, "replay each frame step as captured CUDA graphs (CUDA with flashinfer; "
+                                      "same outputs, far less host work); false runs it eagerly")
+    fused_blocks: bool = setting(True, "run the transformer blocks' norms, RoPE and residual work as kernels "
+                                       "fused by torch.compile (CUDA, single-frame steps; compiled once at "
+                                       "warm-up, cached on disk); false keeps the eager kernels")
+    image_width: int = setting(518, "model input width in pixels (multiple of the patch size, 14)",
+                               check=_patch_multiple)
+    exact_resize: bool = setting(False, "resize with PIL bicubic on the CPU exactly as the original demo "
+                                        "(default: antialiased bicubic on the model's device, faster)")
+    warmup: bool = setting(True, "run dummy frames through both phases before the first real frame "
+                                 "(kernel builds, CUDA graph capture) so that it is not slow")
+    warmup_image_size: str = setting("640x480", "camera image size (WxH) the warm-up imitates: set it to the "
+                                                "camera's, so that the kernels compiled and the CUDA graph "
+                                                "captured at warm-up serve the live frames", check=_image_size)
+    # -- the stream (spec 9, 13) -----------------------------------------------------------------
+    num_scale_frames: int = setting(8, "frames buffered and run together before the first poses (phase 1, "
+                                       "scale initialisation)", minimum=1)
+    scale_frames: int = setting(8, "anchor frames the attention cache keeps for the whole stream", minimum=0)
+    sliding_window: int = setting(64, "keyframes kept in the attention cache's sliding window", minimum=1)
+    camera_num_iterations: int = setting(4, "camera head refinement iterations", minimum=1)
+    cross_frame_special: bool = setting(True, "evicted frames leave their special tokens in the cache "
+                                              "(false: they vanish; spec 9)")
+    include_scale_frames: bool = setting(True, "the anchor frames stay in the cache (false: no anchors; spec 9)")
+    camera_only: bool = setting(False, "evicted frames leave only their camera token (spec 9)")
+    # -- keyframes -------------------------------------------------------------------------------
+    keyframe_policy: str = setting("interval", "interval (every keyframe_interval-th frame) or motion "
+                                               "(optical-flow parallax against the last keyframe)",
+                                   choices=KEYFRAME_POLICIES)
+    keyframe_interval: int = setting(1, "keyframe every N frames (interval policy)", minimum=1)
+    keyframe_min_parallax_px: float = setting(8.0, "median optical-flow parallax (pixels at 320 px image "
+                                                   "width) that makes a keyframe (motion policy)", minimum=0, when=LIVE)
+    # -- long runs -------------------------------------------------------------------------------
+    long_run_policy: str = setting("windowed", "windowed (windows of window_size keyframes, each from a fresh "
+                                               "stream aligned to the previous one over overlap_size frames: "
+                                               "bounded cost, one map frame), reset (restart the stream at "
+                                               "max_keyframes / max_cache_mb; the map continues from the last "
+                                               "pose at the new stream's own scale) or none (never: the cost "
+                                               "per frame grows)", choices=LONG_RUN_POLICIES)
+    window_size: int = setting(256, "windowed policy: keyframes per window, phase-1 frames included (spec 13.1)",
+                               minimum=1)
+    overlap_size: int = setting(16, "windowed policy: frames each window shares with the previous one and "
+                                    "runs again to align to it (>= 1, below the window's length)", minimum=1)
+    overlap_keyframes: int = setting(0, "windowed policy: if > 0, the overlap in keyframes instead "
+                                        "(max(num_scale_frames, overlap_keyframes * keyframe_interval) "
+                                        "frames; takes precedence over overlap_size)", minimum=0)
+    window_alignment: str = setting("anchor", "windowed policy: anchor (the original's: rotation and "
+                                              "translation from the newest paired keyframe) or all_frames "
+                                              "(fitted over every overlap frame; bench/README.md measures "
+                                              "it)", choices=WINDOW_ALIGNMENTS)
+    max_keyframes: int = setting(1000, "reset policy: keyframes stored since the stream started before it "
+                                       "restarts (0 = no cap); keep it below the model's max_frame_num "
+                                       "(1024) so the 3D RoPE stays in its trained range", minimum=0, when=LIVE)
+    max_cache_mb: float = setting(0.0, "reset policy: cache memory (MB) before the stream restarts "
+                                       "(0 = no cap)", minimum=0, when=LIVE)
+    # -- stamps ----------------------------------------------------------------------------------
+    max_stamp_gap_s: float = setting(5.0, "a forward gap between image stamps larger than this restarts the "
+                                          "stream and the map (0 = never)", minimum=0, when=LIVE)
+    max_stamp_jitter_s: float = setting(0.5, "a frame stamped at most this much before the previous one is "
+                                             "dropped as jitter (counted as rejected); a larger jump back "
+                                             "(a looped bag) restarts the stream and the map", minimum=0, when=LIVE)
+    # -- map and trajectory ----------------------------------------------------------------------
+    min_confidence: float = setting(1.5, "minimum depth confidence (>= 1) of map and published points",
+                                    minimum=0, when=LIVE)
+    map_points_stride: int = setting(4, "pixel stride (both image axes) of the keyframe points put into the "
+                                        "map", minimum=1, when=LIVE)
+    map_voxel_size_m: float = setting(0.05, "voxel size of the map, metres (model units until the scale is "
+                                            "known)", above=0)
+    max_map_points: int = setting(2_000_000, "map size bound; the least recently updated voxels go first",
+                                  minimum=1)
+    max_trajectory_poses: int = setting(1_000_000, "poses kept in the saved trajectory; the oldest go first "
+                                                   "once it is full (warned once)", minimum=1)
+
+    def __post_init__(self):
+        errors = field_errors(self)
+        if self.num_scale_frames > self.scale_frames + self.sliding_window:
+            errors.append(f"'num_scale_frames' ({self.num_scale_frames}) must be at most scale_frames + "
+                          f"sliding_window ({self.scale_frames} + {self.sliding_window}): the phase-1 batch "
+                          "would be evicted while it is appended")
+        if not errors and self.long_run_policy == "windowed":
+            layout = self.window_rule().layout()
+            if layout.overlap >= layout.window_frames:
+                errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
+                              f"a window ({layout.window_frames} frames): lower overlap_size / "
+                              "overlap_keyframes or raise window_size")
+        if errors:
+            raise SettingsError("invalid settings: " + "; ".join(errors))
+
+    def window_rule(self):
+        """The windowed policy's WindowRule (spec 13.1)."""
+        from .windows import WindowRule
+
+        return WindowRule(self.window_size, self.num_scale_frames, self.keyframe_interval,
+                          overlap_size=None if self.overlap_keyframes else self.overlap_size,
+                          overlap_keyframes=self.overlap_keyframes or None)
+
+    def warmup_size(self) -> tuple[int, int]:
+        return parse_image_size(self.warmup_image_size)
+
+
+def field_errors(obj) -> list[str]:
+    """Errors of every field of a settings dataclass against its ``setting`` rules."""
+    errors = []
+    for f in dataclasses.fields(obj):
+        value, meta = getattr(obj, f.name), f.metadata
+        expected = type(f.default)
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            errors.append(f"'{f.name}' must be a {expected.__name__}, got {value!r}")
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append(f"'{f.name}' must be a finite number, got {value}")
+            continue
+        if meta.get("choices") and value not in meta["choices"]:
+            errors.append(f"'{f.name}' must be one of {list(meta['choices'])}, got {value!r}")
+        if meta.get("minimum") is not None and value < meta["minimum"]:
+            errors.append(f"'{f.name}' must be >= {meta['minimum']}, got {value}")
+        if meta.get("above") is not None and not value > meta["above"]:
+            errors.append(f"'{f.name}' must be > {meta['above']}, got {value}")
+        if meta.get("check") is not None:
+            text = meta["check"](value)
+            if text:
+                errors.append(f"'{f.name}' {text}, got {value!r}")
+    return errors
+
+
+def coerce(cls, values: Mapping[str, Any]):
+    """``cls(**values)`` for a settings dataclass, after the lenient conversions a YAML file or a
+    command line needs (an int where a float is expected). Unknown names are errors; every
+    problem is reported at once as a SettingsError."""
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(names))
+    kwargs = {}
+    for name, value in values.items():
+        if name in names and type(names[name].default) is float and isinstance(value, int) \
+                and not isinstance(value, bool):
+            value = float(value)
+        kwargs[name] = value
+    if unknown:
+        raise SettingsError(f"invalid settings: unknown name(s) {unknown}")
+    return cls(**{k: v for k, v in kwargs.items() if k in names})
+
+
+def help_text(cls, name: str) -> str:
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}[name]

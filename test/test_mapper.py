@@ -1,0 +1,273 @@
+"""The Mapper with a real tiny session (no ROS): policies, rollback, restarts, bounds, input checks.
+
+The fixture checkpoint runs at a 112-pixel input width on CPU; frames are one textured image
+shifted sideways, so the motion policy's parallax is known (a shift of s pixels at 640 px is s/2
+at the policy's 320 px working width).
+"""
+import itertools
+
+import cv2
+import numpy as np
+import pytest
+
+from lingbot_ros.cache import NothingToRollback
+from lingbot_ros.mapping import factory, read_ply, read_tum
+from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
+from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, InputFrame
+from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+@pytest.fixture(scope="module")
+def fixture_files(shared_dir):
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    if not (fixture / "ckpt.pt").exists():
+        pytest.skip(f"tiny fixture missing under {shared_dir}")
+    return {"checkpoint": str(fixture / "ckpt.pt"), "model_config": str(fixture / "config.json")}
+
+
+@pytest.fixture
+def make_mapper(fixture_files):
+    def make(**overrides) -> Mapper:
+        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112,
+                                     "num_scale_frames": 3, "scale_frames": 3, "sliding_window": 2,
+                                     "min_confidence": 0.0, "map_points_stride": 2,
+                                     "long_run_policy": "reset", **overrides})
+        return Mapper(settings, factory.build(settings))
+    return make
+
+
+_BASE = cv2.resize((np.random.default_rng(1).random((60, 80)) * 255).astype(np.uint8), (640, 480),
+                   interpolation=cv2.INTER_CUBIC)
+_counter = itertools.count()
+
+
+def frame(shift_px: int = 0, stamp_s: float | None = None, size=None) -> InputFrame:
+    """The textured image shifted right by ``shift_px``; stamps advance 0.1 s per call."""
+    stamp_s = next(_counter) * 0.1 if stamp_s is None else stamp_s
+    rgb = np.ascontiguousarray(np.dstack([np.roll(_BASE, shift_px, axis=1)] * 3))
+    if size is not None:
+        rgb = np.ascontiguousarray(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA))
+    return InputFrame(rgb=rgb, stamp_ns=round(stamp_s * 1e9), frame_id="cam")
+
+
+def stored(mapper) -> int:
+    return mapper.session.stats()["frames_stored"]
+
+
+def spy(monkeypatch, obj, name) -> list:
+    """Count calls of obj.name while still running it."""
+    calls, original = [], getattr(obj, name)
+    monkeypatch.setattr(obj, name, lambda *a, **k: (calls.append(a), original(*a, **k))[1])
+    return calls
+
+
+def test_motion_policy_keeps_and_flushes_or_rolls_back(make_mapper, monkeypatch):
+    mapper = make_mapper(keyframe_policy="motion", keyframe_min_parallax_px=4.0)
+    flushes, rollbacks = spy(monkeypatch, mapper.session, "flush"), \
+        spy(monkeypatch, mapper.session, "rollback_last_frame")
+    for shift in (0, 12, 24):                        # the scale frames are always kept
+        outputs = mapper.process(frame(shift)).new
+    assert [o.is_keyframe for o in outputs] == [True] * 3 and stored(mapper) == 3
+    assert (len(flushes), len(rollbacks)) == (0, 0)
+    map_before = mapper.map_points()[0].copy()
+
+    outputs = mapper.process(frame(26)).new          # 1 px at 320: too little motion
+    assert len(outputs) == 1 and not outputs[0].is_keyframe and outputs[0].camera_pose.shape == (4, 4)
+    assert stored(mapper) == 3 and (len(flushes), len(rollbacks)) == (0, 1)
+    np.testing.assert_array_equal(mapper.map_points()[0], map_before)
+
+    # Each 8 px step is kept and flushed; past anchors + window (3 + 2) frames get evicted, and
+    # the flush frees their pages at once instead of leaving them pending.
+    for n, shift in enumerate((40, 56, 72, 88), start=1):
+        (output,) = mapper.process(frame(shift)).new
+        assert output.is_keyframe and stored(mapper) == 3 + n
+        assert (len(flushes), len(rollbacks)) == (n, 1)
+        assert mapper.session.stats()["kv_cache"].pending_pages == 0
+    assert mapper.session.stats()["kv_cache"].window_pages == 2
+    # A live change of the threshold applies to the next frame: 8 px at 640 is 4 px at 320.
+    mapper.apply_live(mapper.settings.__class__(**{**mapper.settings.__dict__,
+                                                   "keyframe_min_parallax_px": 100.0}))
+    assert not mapper.process(frame(120)).new[0].is_keyframe
+
+
+def test_rollback_removes_the_newest_keyframe_points_and_pose(make_mapper):
+    frames = [frame(8 * i) for i in range(5)]
+    reference = make_mapper()
+    for f in frames[:4]:
+        reference.process(f)
+    rolled = make_mapper()
+    for f in frames:
+        rolled.process(f)
+    assert len(rolled.trajectory) == 5 and stored(rolled) == 5
+    assert "its points left the map" in rolled.rollback_last_frame()
+    assert stored(rolled) == 4
+    # The rolled-back frame's pose leaves the trajectory (and so ~/path and the saved file).
+    np.testing.assert_array_equal(rolled.trajectory.c2w(), reference.trajectory.c2w())
+    for got, want in zip(rolled.map_points(), reference.map_points()):
+        np.testing.assert_array_equal(got, want)
+    # Frame 4 was merged when frame 5 arrived: a second rollback cannot take its points back.
+    assert "already merged" in rolled.rollback_last_frame()
+    assert stored(rolled) == 3 and len(rolled.trajectory) == 3
+
+
+def test_rollback_while_buffering_drops_the_scale_frame(make_mapper):
+    mapper = make_mapper()
+    with pytest.raises(NothingToRollback):
+        mapper.rollback_last_frame()
+    mapper.process(frame(0))
+    mapper.process(frame(8))
+    assert mapper.snapshot.state == INITIALISING and mapper.snapshot.init_frames == 2
+    assert "buffered" in mapper.rollback_last_frame()
+    assert mapper.snapshot.init_frames == 1 and mapper.snapshot.state_text == "initialising 1/3"
+    assert mapper.process(frame(16)).new == []        # still needs a third scale frame
+    assert len(mapper.process(frame(24)).new) == 3 and mapper.snapshot.state == TRACKING
+
+
+def test_cache_cap_restarts_and_continues_from_the_last_pose(make_mapper):
+    mapper = make_mapper(max_keyframes=4)
+    for i in range(3):
+        assert not mapper.process(frame(8 * i)).notices
+    outcome = mapper.process(frame(24))
+    last = outcome.new[-1].camera_pose
+    assert [n.kind for n in outcome.notices] == [RESTART]
+    assert "cache cap: 4 keyframes stored (max_keyframes=4)" in outcome.notices[0].text
+    assert mapper.snapshot.state == RESET and stored(mapper) == 0 and mapper.snapshot.restarts == 1
+    assert len(mapper.trajectory) == 4 and len(mapper.voxel_map) > 0
+    # The new stream's model world starts at the last camera: a first camera at the model's
+    # identity lands exactly where the old stream left off.
+    np.testing.assert_allclose(mapper._placement.camera_pose(np.eye(4)), last, atol=1e-12)
+    for i in range(3):
+        after = mapper.process(frame(8 * i)).new
+    np.testing.assert_allclose(after[0].camera_pose,
+                               mapper._placement.camera_pose(after[0].result.extrinsic.numpy()), atol=1e-12)
+
+    mapper = make_mapper(max_keyframes=0, max_cache_mb=0.001)
+    outcome = [mapper.process(frame(8 * i)) for i in range(3)][-1]
+    assert "(max_cache_mb=0.001)" in outcome.notices[0].text
+
+
+def test_reset_clears_the_map_and_trajectory(make_mapper):
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i))
+    mapper.process(frame(40))
+    outcome = mapper.reset("reset service")
+    assert outcome.notices[0].kind == RESTART and "map cleared" in outcome.notices[0].text
+    assert len(mapper.voxel_map) == 0 and len(mapper.trajectory) == 0 and mapper.snapshot.restarts == 1
+
+
+def test_reset_runs_buffered_scale_frames_first(make_mapper):
+    """Frames buffered for phase 1 get their poses before a restart: no frame is lost silently."""
+    mapper = make_mapper()
+    first = [frame(0, stamp_s=50.0), frame(8, stamp_s=50.1)]
+    for f in first:
+        mapper.process(f)
+    outcome = mapper.process(frame(0, stamp_s=10.0))        # a looped bag: restart first
+    assert [o.frame for o in outcome.new] == first and not any(o.trusted for o in outcome.new)
+    assert outcome.notices[0].kind == RESTART
+    assert mapper.snapshot.init_frames == 1
+
+
+def test_stamp_jitter_drops_the_frame_and_a_real_jump_back_restarts(make_mapper):
+    mapper = make_mapper(max_stamp_gap_s=1.0, max_stamp_jitter_s=0.05)
+    for i in range(4):
+        mapper.process(frame(8 * i, stamp_s=10.0 + 0.1 * i))
+    poses = len(mapper.trajectory)
+    outcome = mapper.process(frame(0, stamp_s=10.299))       # 1 ms back: jitter
+    assert [n.kind for n in outcome.notices] == [REJECTED] and not outcome.new
+    assert mapper.snapshot.rejected == 1 and mapper.snapshot.restarts == 0
+    assert len(mapper.trajectory) == poses and len(mapper.voxel_map) > 0
+    outcome = mapper.process(frame(40, stamp_s=10.4))         # the stream goes on
+    assert len(outcome.new) == 1 and not outcome.notices
+    outcome = mapper.process(frame(0, stamp_s=11.5))          # forward gap of 1.1 s
+    assert outcome.notices[0].kind == RESTART and "gap of 1.100 s" in outcome.notices[0].text
+    mapper.process(frame(8, stamp_s=11.6))
+    mapper.process(frame(16, stamp_s=11.7))
+    outcome = mapper.process(frame(0, stamp_s=5.0))           # a looped bag
+    assert "went back by 6.700 s" in outcome.notices[0].text
+    assert len(mapper.trajectory) == 0 or mapper.trajectory.stamps_s()[0] == 5.0
+
+
+def test_bad_geometry_is_rejected_input_not_a_model_failure(make_mapper):
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i))
+    before = mapper.trajectory.c2w().copy()
+    for rgb in (np.zeros((1, 1, 3), np.uint8), np.zeros((10, 4000, 3), np.uint8)):
+        outcome = mapper.process(InputFrame(rgb=rgb, stamp_ns=mapper.snapshot.last_stamp_ns + 1))
+        assert [n.kind for n in outcome.notices] == [REJECTED], outcome.notices
+    assert mapper.snapshot.rejected == 2 and mapper.snapshot.failed == 0 and mapper.snapshot.restarts == 0
+    np.testing.assert_array_equal(mapper.trajectory.c2w(), before)
+    assert len(mapper.process(frame(40)).new) == 1             # tracking goes on
+
+
+def test_size_change_is_an_announced_restart(make_mapper):
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i))
+    outcome = mapper.process(frame(40, size=(320, 180)))
+    assert [n.kind for n in outcome.notices] == [RESTART]
+    assert "image size changed from 640x480 to 320x180" in outcome.notices[0].text
+    assert mapper.snapshot.failed == 0 and len(mapper.trajectory) == 4     # map continues
+    assert mapper.snapshot.state == INITIALISING
+
+
+def test_model_failure_is_counted_and_the_stream_restarts(make_mapper, monkeypatch):
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i))
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(mapper.session, "step", boom)
+    outcome = mapper.process(frame(40))
+    assert [n.kind for n in outcome.notices] == [FAILED] and "simulated" in outcome.notices[0].text
+    assert mapper.snapshot.failed == 1 and "simulated" in mapper.snapshot.last_error
+    monkeypatch.undo()
+    assert mapper.process(frame(48)).new == [] and mapper.snapshot.state == INITIALISING
+
+
+def test_map_and_trajectory_are_bounded(make_mapper):
+    mapper = make_mapper(max_map_points=50, max_trajectory_poses=3, map_voxel_size_m=0.001)
+    notices = []
+    for i in range(6):
+        notices += mapper.process(frame(8 * i)).notices
+    assert len(mapper.map_points()[0]) == 50
+    assert len(mapper.trajectory) == 3
+    assert [n.kind for n in notices] == ["bound"]              # warned once
+
+
+def test_warm_up_leaves_no_trace_and_refuses_a_live_stream(make_mapper):
+    warmed, cold = make_mapper(warmup_image_size="320x240"), make_mapper()
+    assert warmed.warm_up() > 0
+    frames = [frame(8 * i) for i in range(5)]
+    a = [o for f in frames for o in warmed.process(f).new]
+    b = [o for f in frames for o in cold.process(f).new]
+    np.testing.assert_array_equal(np.stack([o.camera_pose for o in a]), np.stack([o.camera_pose for o in b]))
+    with pytest.raises(RuntimeError, match="before the first frame"):
+        warmed.warm_up()
+
+
+def test_save_writes_the_map_frame_trajectory(make_mapper, tmp_path):
+    mapper = make_mapper()
+    outputs = [o for i in range(5) for o in mapper.process(frame(8 * i, stamp_s=1.0 + i)).new]
+    saved = mapper.save(tmp_path)
+    assert saved.num_poses == 5 and saved.num_points == len(read_ply(tmp_path / "map.ply")[0])
+    trajectory = read_tum(tmp_path / "trajectory.tum")
+    np.testing.assert_allclose(trajectory.stamps_s(), [1, 2, 3, 4, 5])
+    np.testing.assert_allclose(trajectory.c2w(), np.stack([o.camera_pose for o in outputs]), atol=1e-6)
+    # The map frame is the first camera's optical frame in REP 103 axes.
+    np.testing.assert_allclose(Placement().camera_pose(np.eye(4))[:3, :3], R_MAP_FROM_OPTICAL)
+
+
+def test_settings_name_every_bad_value():
+    with pytest.raises(SettingsError) as error:
+        MapperSettings(sliding_window=0, device="gpu", keyframe_policy="often", map_voxel_size_m=0.0)
+    text = str(error.value)
+    for name in ("'sliding_window' must be >= 1", "'device' must be auto, cpu, cuda or cuda:N",
+                 "'keyframe_policy' must be one of", "'map_voxel_size_m' must be > 0"):
+        assert name in text

@@ -1,0 +1,153 @@
+"""The windowed long-run policy live (one frame at a time) against the offline windowed run.
+
+The live Mapper must give, for every frame, the final value the original's offline mode gives
+(spec 13.1: windows, alignment, stitching), on the same images; what it publishes first for an
+overlap frame is the earlier window's (provisional) value.
+"""
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lingbot_ros.cache import NothingToRollback
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.frames import Placement
+from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.mapping.windows import WindowedRun
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+@pytest.fixture(scope="module")
+def images(shared_dir):
+    folder = shared_dir / "data" / "courthouse_jpg"
+    files = sorted(folder.glob("*.jpg"))[:40]
+    if len(files) < 40:
+        pytest.skip(f"courthouse_jpg missing under {shared_dir}")
+    return [np.asarray(Image.open(f).convert("RGB")) for f in files]
+
+
+@pytest.fixture(scope="module")
+def fixture_files(shared_dir):
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    if not (fixture / "ckpt.pt").exists():
+        pytest.skip(f"tiny fixture missing under {shared_dir}")
+    return {"checkpoint": str(fixture / "ckpt.pt"), "model_config": str(fixture / "config.json")}
+
+
+def windowed(fixture_files, **overrides) -> Mapper:
+    settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "num_scale_frames": 3,
+                                 "scale_frames": 3, "sliding_window": 4, "min_confidence": 0.0,
+                                 "long_run_policy": "windowed", "window_size": 10, "overlap_size": 4,
+                                 **overrides})
+    return Mapper(settings, factory.build(settings))
+
+
+def frames(images, count):
+    return [InputFrame(rgb=images[i], stamp_ns=10**9 + i * 10**8) for i in range(count)]
+
+
+def run_live(mapper, inputs):
+    new, final = [], []
+    for frame in inputs:
+        outcome = mapper.process(frame)
+        new += outcome.new
+        final += outcome.final
+    final += mapper.finish().final
+    return new, final
+
+
+@pytest.mark.parametrize("count, overrides", [
+    (32, {}),                                                    # tiny_windowed's settings: 5 windows
+    (37, {"keyframe_interval": 2, "overlap_size": 5}),            # L = 3 + 7 * 2 = 17 frames
+    (25, {"overlap_size": 2}),                                    # overlap shorter than phase 1
+    (8, {}),                                                      # one window, never switched
+])
+def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, count, overrides):
+    mapper = windowed(fixture_files, **overrides)
+    new, final = run_live(mapper, frames(images, count))
+    assert [o.index for o in new] == list(range(count))           # every frame published once
+    assert sorted(o.index for o in final) == list(range(count))   # and made final once
+    assert not any(o.provisional for o in final)
+    final.sort(key=lambda o: o.index)
+
+    offline_mapper = windowed(fixture_files, **overrides)         # same weights, a fresh session
+    settings = offline_mapper.settings
+    run = WindowedRun(offline_mapper.session, settings.window_rule(), count)
+    preprocess = offline_mapper.preprocessor
+    with torch.inference_mode():
+        offline = list(run.frames(preprocess(image) for image in images[:count]))
+    assert [f.frame for f in offline] == list(range(count))
+    for live, reference in zip(final, offline):
+        if run.aligned:
+            torch.testing.assert_close(live.result.pose_enc, reference.result.pose_enc, rtol=0, atol=1e-6)
+        else:   # a single-window offline run keeps raw quaternions; live ones are unit, w >= 0
+            torch.testing.assert_close(live.result.extrinsic, reference.result.extrinsic, rtol=0, atol=1e-5)
+        torch.testing.assert_close(live.result.depth, reference.result.depth, rtol=0, atol=1e-6)
+        torch.testing.assert_close(live.result.world_points, reference.result.world_points, rtol=0, atol=1e-5)
+        assert live.is_keyframe == bool(reference.result.is_keyframe)
+        np.testing.assert_allclose(live.camera_pose, Placement().camera_pose(live.result.extrinsic.numpy()))
+    # Per-window scales and transforms are those of the offline run.
+    records = mapper.windows.records
+    assert len(records) == len(run.similarities)
+    for record, sim in zip(records, run.similarities):
+        torch.testing.assert_close(record.similarity.scale, sim.scale, rtol=0, atol=1e-6)
+        torch.testing.assert_close(record.similarity.rotation, sim.rotation, rtol=0, atol=1e-6)
+    # The saved trajectory holds the final values.
+    np.testing.assert_allclose(mapper.trajectory.c2w(), np.stack([o.camera_pose for o in final]), atol=1e-12)
+
+
+def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files, images):
+    mapper = windowed(fixture_files)
+    # L = 10, ov = 4: frames 6..9 are window 0's overlap with window 1.
+    outcomes = [mapper.process(f) for f in frames(images, 11)]
+    provisional = [o.index for outcome in outcomes for o in outcome.new if o.provisional]
+    assert provisional == [6, 7, 8, 9]
+    switch = outcomes[10]                                   # frame 10 starts window 1
+    assert [o.index for o in switch.new] == [10]
+    assert [o.index for o in switch.final] == [6, 7, 8, 9, 10]
+    snapshot = mapper.snapshot
+    assert snapshot.window == 1 and snapshot.restarts == 0 and snapshot.state_text == "tracking"
+    assert snapshot.window_scale == pytest.approx(float(mapper.windows.records[1].similarity.scale))
+    assert np.isfinite(snapshot.window_overlap_error) and snapshot.window_overlap_error >= 0
+    # The published (provisional) pose and the final one differ: they come from two windows.
+    first = {o.index: o.camera_pose for outcome in outcomes[:10] for o in outcome.new}
+    final = {o.index: o.camera_pose for o in switch.final}
+    assert not np.allclose(first[8], final[8])
+    np.testing.assert_allclose(mapper.trajectory.c2w()[6:10], np.stack([final[i] for i in range(6, 10)]))
+
+
+def test_rollback_and_flush_inside_a_window_and_after_a_switch(fixture_files, images):
+    inputs = frames(images, 16)
+    kept = inputs[:5] + inputs[6:11] + inputs[12:15]
+    reference = windowed(fixture_files)
+    for frame in kept:
+        reference.process(frame)
+    mapper = windowed(fixture_files)
+    for frame in inputs[:6]:
+        mapper.process(frame)
+    # No eviction yet (3 anchors + window 4 > 6 frames), so the rollbacks here are exact.
+    assert "rolled back frame 5" in mapper.rollback_last_frame()    # inside window 0
+    assert "flushed" in mapper.flush()
+    for frame in inputs[6:12]:
+        mapper.process(frame)
+    assert mapper.snapshot.window == 1            # the 11th frame kept (index 11) started window 1
+    # Right after the switch the newest stored frame is the new one: it rolls back...
+    assert "rolled back frame 11" in mapper.rollback_last_frame()
+    # ... but the overlap frames run again for the alignment do not.
+    with pytest.raises(NothingToRollback, match="align two windows"):
+        mapper.rollback_last_frame()
+    assert "flushed" in mapper.flush()
+    for frame in inputs[12:15]:
+        mapper.process(frame)
+    # The same poses as a run that never saw the rolled-back frames.
+    np.testing.assert_allclose(mapper.trajectory.c2w(), reference.trajectory.c2w(), atol=1e-9)
+    np.testing.assert_allclose(mapper.map_points()[0], reference.map_points()[0], atol=1e-6)
+
+
+def test_windowed_settings_are_checked():
+    with pytest.raises(SettingsError, match="must be shorter than a window"):
+        MapperSettings(long_run_policy="windowed", window_size=10, overlap_size=10, num_scale_frames=3,
+                       scale_frames=3)
