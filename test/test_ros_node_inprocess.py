@@ -25,7 +25,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 from conftest import wait_until  # noqa: E402
 
 from lingbot_ros.ros import messages  # noqa: E402
-from lingbot_ros.ros.image_codec import fill_image  # noqa: E402
+from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 
 if MapStatus is None:
@@ -49,8 +49,8 @@ def stamp_ns(header) -> int:
 class Live:
     """A configured, active MapNode plus a probe recording its outputs."""
 
-    TOPICS = {"pose": PoseStamped, "depth": Image, "depth/camera_info": CameraInfo,
-              "confidence": Image, "map": PointCloud2}
+    TOPICS = {"pose": PoseStamped, "depth/image": Image, "depth/camera_info": CameraInfo,
+              "confidence/image": Image, "confidence/camera_info": CameraInfo, "map": PointCloud2}
 
     def __init__(self, node_params: dict):
         self.context = Context()
@@ -79,9 +79,9 @@ class Live:
         self.executor.add_node(self.probe)
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)
         self.thread.start()
-        pubs = self.node._pubs
-        wait(lambda: all(pubs[k].get_subscription_count() for k in
-                         ("pose", "depth", "depth_info", "confidence", "map", "status")),
+        outputs = self.node.outputs
+        wait(lambda: all(getattr(outputs, k).get_subscription_count() for k in
+                         ("pose", "depth", "depth_info", "confidence", "confidence_info", "map", "status")),
              "the probe's subscriptions")
         self.sent = 0
 
@@ -90,11 +90,12 @@ class Live:
         msg = fill_image(Image(), np.dstack([np.roll(_BASE, shift_px, axis=1)] * 3), "rgb8")
         msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp_s), round(stamp_s % 1 * 1e9)
         msg.header.frame_id = "cam"
-        self.node._on_image(msg)
+        self.node.inputs.accept(msg, image_to_rgb)
         self.sent += 1
-        counts = self.node.counters
-        wait(lambda: sum(counts.snapshot()[k] for k in ("processed", "failed")) == self.sent
-             and not self.node.worker.busy, f"frame {self.sent} handled")
+        snapshot = lambda: self.node.mapper.snapshot   # noqa: E731
+        wait(lambda: snapshot().processed + snapshot().failed + snapshot().rejected == self.sent
+             and not self.node.worker.busy
+             and not len(self.node.worker.inbox), f"frame {self.sent} handled")
         return msg
 
     def status(self, condition, what: str):
@@ -104,7 +105,7 @@ class Live:
     def close(self):
         self.executor.shutdown(timeout_sec=2)
         self.thread.join(5)
-        self.node._release()
+        self.node.release()
         self.node.destroy_node()
         self.probe.destroy_node()
         self.context.try_shutdown()
@@ -146,36 +147,37 @@ def test_configure_keeps_the_lifecycle_and_parameter_services(live):
 def test_warmup_runs_the_model_and_leaves_an_empty_stream(live):
     # Regression: the warm-up frame was only buffered for phase 1 (num_scale_frames > 1) and
     # thrown away by the reset, so the model never ran before the first real frame.
-    env = live(warmup=True)   # warmup_image_size 640x480: the size of the frames sent below
-    stats = env.node.tracker.session.stats()
+    env = live(warmup=True)   # warm-up at configure, before any frame
+    stats = env.node.mapper.session.stats()
     assert stats["kv_cache"] is not None, "warm-up did not run the model (no KV cache allocated)"
-    assert env.node._warmup_hw == (HEIGHT, WIDTH)
     assert stats["frames_seen"] == stats["frames_stored"] == stats["frames_buffered"] == 0
     env.send(10.0)
     first = env.status(lambda s: s.frames_processed == 1, "the first real frame processed")
     assert first.state == MapStatus.STATE_INITIALISING and first.init_frames == 1
-    assert env.node.tracker.input_hw == (HEIGHT, WIDTH) and env.node._warmup_hw is None
-
-
-def test_warmup_runs_at_the_configured_camera_size(live):
-    env = live(warmup=True, warmup_image_size="1280x320")
-    assert env.node._warmup_hw == (28, WIDTH)
 
 
 def test_depth_confidence_camera_info_and_map_outputs(live):
     env = live()
     images = [env.send(10 + 0.1 * i, shift_px=8 * i) for i in range(4)]
     stamps = [stamp_ns(m.header) for m in images]
-    wait(lambda: all(len(env.received[t]) == 4 for t in ("pose", "depth", "depth/camera_info",
-                                                          "confidence")), "4 of each output")
-    for topic in ("depth", "confidence"):
+    wait(lambda: all(len(env.received[t]) == 4 for t in ("pose", "depth/image", "depth/camera_info",
+                                                          "confidence/image", "confidence/camera_info")),
+         "4 of each output")
+    for topic in ("depth/image", "confidence/image"):
         assert [stamp_ns(m.header) for m in env.received[topic]] == stamps
         for msg in env.received[topic]:
             assert (msg.encoding, msg.width, msg.height, msg.step) == ("32FC1", WIDTH, HEIGHT, 4 * WIDTH)
             assert msg.header.frame_id == "cam" and not msg.is_bigendian
             values = np.frombuffer(bytes(msg.data), np.float32)
             assert values.size == WIDTH * HEIGHT and np.isfinite(values).all()
-    assert (np.frombuffer(bytes(env.received["depth"][-1].data), np.float32) > 0).all()
+    assert (np.frombuffer(bytes(env.received["depth/image"][-1].data), np.float32) > 0).all()
+    # depth_image_proc pairs an image with the camera_info of the same stamp beside it.
+    for image_topic in ("depth", "confidence"):
+        infos = {stamp_ns(m.header): m for m in env.received[f"{image_topic}/camera_info"]}
+        for image in env.received[f"{image_topic}/image"]:
+            info = infos[stamp_ns(image.header)]
+            assert (info.width, info.height, info.header.frame_id) == (image.width, image.height,
+                                                                       image.header.frame_id)
     for msg in env.received["depth/camera_info"]:
         k = np.reshape(msg.k, (3, 3))
         assert (msg.width, msg.height, msg.header.frame_id) == (WIDTH, HEIGHT, "cam")
@@ -188,14 +190,14 @@ def test_depth_confidence_camera_info_and_map_outputs(live):
                                if stamp_ns(m.header) == stamps[-1]), None), "a map after frame 4")
     xyz, rgb = messages.unpack_points(cloud)
     assert cloud.header.frame_id == "map" and cloud.width == len(xyz) > 0
-    np.testing.assert_array_equal(xyz, env.node.tracker.voxel_map.points()[0])
+    np.testing.assert_array_equal(xyz, env.node.mapper.voxel_map.points()[0])
 
 
 def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(live, monkeypatch, capfd):
     env = live()
     for i in range(4):
         env.send(10 + 0.1 * i, shift_px=8 * i)
-    session = env.node.tracker.session
+    session = env.node.mapper.session
     real_step = session.step
 
     def fail_once(*args, **kwargs):
@@ -209,13 +211,13 @@ def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(liv
         in failed.last_error
     assert failed.state == MapStatus.STATE_RESET and failed.state_text == "reset: model error"
     assert failed.keyframes == 0 and failed.resets == 1
-    assert "stream reset, continuing" in capfd.readouterr().err
+    assert "stream restarted, continuing" in capfd.readouterr().err
 
     env.send(10.5)
     after = env.status(lambda s: s.frames_processed == 5, "the next frame processed")
     assert after.state == MapStatus.STATE_INITIALISING and after.init_frames == 1
     assert after.frames_failed == 1 and after.frames_processed == 5
-    assert len(env.node.tracker.trajectory) == 4      # the map and trajectory carried on
+    assert len(env.node.mapper.trajectory) == 4      # the map and trajectory carried on
 
 
 def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
@@ -226,8 +228,8 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
     capped = env.status(lambda s: s.resets == 1, "a status after the cap")
     assert capped.state == MapStatus.STATE_RESET and capped.state_text == f"reset: {reason}"
     assert capped.keyframes == 0 and capped.frames_processed == 4
-    assert f"stream reset: {reason}" in capfd.readouterr().err
-    map_points = len(env.node.tracker.voxel_map)
+    assert f"stream restarted (map continues from the last pose): {reason}" in capfd.readouterr().err
+    map_points = len(env.node.mapper.voxel_map)
     assert map_points > 0
 
     for i in range(3):
@@ -235,7 +237,7 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
     tracking = env.status(lambda s: s.frames_processed == 7, "tracking again")
     assert tracking.state == MapStatus.STATE_TRACKING and tracking.keyframes == 3
     assert tracking.resets == 1 and tracking.frames_failed == 0
-    assert len(env.node.tracker.trajectory) == 7 and len(env.node.tracker.voxel_map) >= map_points
+    assert len(env.node.mapper.trajectory) == 7 and len(env.node.mapper.voxel_map) >= map_points
 
 
 def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
@@ -244,15 +246,16 @@ def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
         env.send(10 + 0.1 * i, shift_px=8 * i)
     env.send(20.0)                                       # 9.7 s after the last frame
     gap = env.status(lambda s: s.resets == 1, "the reset on the gap")
-    assert gap.state_text == "reset: gap of 9.700 s between image stamps (max_stamp_gap_s=1.0)"
-    assert len(env.node.tracker.trajectory) == 0 and len(env.node.tracker.voxel_map) == 0
+    assert gap.state_text == ("initialising 1/3 (restarted: gap of 9.700 s between image stamps "
+                              "(max_stamp_gap_s=1))")
+    assert len(env.node.mapper.trajectory) == 0 and len(env.node.mapper.voxel_map) == 0
     env.send(5.0)                                        # a looped bag
     back = env.status(lambda s: s.resets == 2, "the reset on the backward stamp")
-    assert back.state_text == "reset: image stamp went back by 15.000 s (bag looped?)"
+    assert back.state_text == "initialising 1/3 (restarted: image stamp went back by 15.000 s (bag looped?))"
     last = env.status(lambda s: s.frames_processed == 6, "both frames processed")
     assert last.state == MapStatus.STATE_INITIALISING and last.init_frames == 1
     err = capfd.readouterr().err
-    assert "stream reset: gap of 9.700 s" in err and "stream reset: image stamp went back" in err
+    assert "gap of 9.700 s" in err and "image stamp went back" in err
 
 
 def test_tf_map_to_camera_matches_the_pose(live):

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
-from lingbot_ros.ros import frames, messages, params
-from lingbot_ros.ros.keyframes import MotionPolicy, parallax_px, to_work_gray
+from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
+from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray
+from lingbot_ros.mapping.settings import SettingsError
+from lingbot_ros.ros import messages, params
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,17 +22,17 @@ def rot_x(angle):
 
 
 def test_identity_model_pose_is_identity_in_map():
-    np.testing.assert_allclose(frames.optical_pose_to_map(np.eye(4))[:3, 3], 0)
+    np.testing.assert_allclose(Placement().camera_pose(np.eye(4))[:3, 3], 0)
     # The optical axes of the first camera seen from map: z (forward) = map x, x (right) = -y,
     # y (down) = -z.
-    pose = frames.optical_pose_to_map(np.eye(4))
-    np.testing.assert_allclose(pose[:3, :3], frames.R_MAP_FROM_OPTICAL)
+    pose = Placement().camera_pose(np.eye(4))
+    np.testing.assert_allclose(pose[:3, :3], R_MAP_FROM_OPTICAL)
 
 
 def test_camera_moving_forward_moves_along_map_x():
     extrinsic = np.eye(4)
     extrinsic[:3, 3] = [0.5, -0.2, 2.0]          # right 0.5, up 0.2, forward 2 (optical axes)
-    pose = frames.optical_pose_to_map(extrinsic)
+    pose = Placement().camera_pose(extrinsic)
     np.testing.assert_allclose(pose[:3, 3], [2.0, -0.5, 0.2])   # forward, right = -left, up
 
 
@@ -40,15 +42,15 @@ def test_points_and_poses_use_the_same_conversion():
     extrinsic[:3, 3] = [1, 2, 3]
     point_cam = np.array([0.1, -0.4, 5.0])
     point_world = extrinsic[:3, :3] @ point_cam + extrinsic[:3, 3]
-    pose = frames.optical_pose_to_map(extrinsic)
-    np.testing.assert_allclose(frames.optical_points_to_map(point_world),
+    pose = Placement().camera_pose(extrinsic)
+    np.testing.assert_allclose(Placement().points(point_world[None])[0],
                                pose[:3, :3] @ point_cam + pose[:3, 3])
 
 
 def test_pitching_the_camera_down_points_its_optical_axis_down_in_map():
     extrinsic = np.eye(4)
     extrinsic[:3, :3] = rot_x(-np.pi / 2)        # optical z turns towards optical +y (down)
-    pose = frames.optical_pose_to_map(extrinsic)
+    pose = Placement().camera_pose(extrinsic)
     optical_z_in_map = pose[:3, :3] @ [0, 0, 1]
     np.testing.assert_allclose(optical_z_in_map, [0, 0, -1], atol=1e-12)
 
@@ -99,10 +101,10 @@ def test_camera_info_from_intrinsics():
 
 
 def test_default_parameters_validate_and_match_map_yaml():
-    cfg = params.validate({})
+    settings, node_settings = params.split({})
     loaded = yaml.safe_load((REPO / "config" / "map.yaml").read_text())["/**"]["ros__parameters"]
-    assert loaded == dataclasses.asdict(cfg)
-    assert params.validate(loaded) == cfg
+    assert loaded == {**dataclasses.asdict(settings), **dataclasses.asdict(node_settings)}
+    assert params.split(loaded) == (settings, node_settings)
 
 
 @pytest.mark.parametrize("values, text", [
@@ -110,7 +112,7 @@ def test_default_parameters_validate_and_match_map_yaml():
     ({"image_width": 500}, "'image_width' must be a positive multiple of 14"),
     ({"image_qos": "fast"}, "'image_qos' must be one of"),
     ({"tf_mode": "map_to_base"}, "'tf_mode' must be one of"),
-    ({"checkpoint": "/no/such.pt"}, "'checkpoint' file '/no/such.pt' does not exist"),
+    ({"checkpoint": "/no/such.pt"}, "'checkpoint' names a file that does not exist"),
     ({"map_voxel_size_m": 0.0}, "'map_voxel_size_m' must be > 0"),
     ({"min_confidence": float("nan")}, "'min_confidence' must be a finite number"),
     ({"process_all_frames": "yes"}, "'process_all_frames' must be a bool"),
@@ -121,20 +123,37 @@ def test_default_parameters_validate_and_match_map_yaml():
     ({"typo_parameter": 1}, "unknown parameter"),
 ])
 def test_parameter_validation_names_the_parameter(values, text):
-    with pytest.raises(params.ConfigError) as error:
-        params.validate(values)
+    with pytest.raises(SettingsError) as error:
+        params.split(values)
     assert text in str(error.value)
 
 
 def test_each_bad_parameter_is_reported_once():
-    with pytest.raises(params.ConfigError) as error:
-        params.validate({"max_image_pixels": -1, "diagnostics_period_s": -1.0})
+    with pytest.raises(SettingsError) as error:
+        params.split({"max_image_pixels": -1, "diagnostics_period_s": -1.0, "sliding_window": 0})
     text = str(error.value)
-    assert text.count("'max_image_pixels'") == 1 and text.count("'diagnostics_period_s'") == 1
+    for name in ("max_image_pixels", "diagnostics_period_s", "sliding_window"):
+        assert text.count(f"'{name}'") == 1
 
 
 def test_int_is_accepted_for_float_parameters():
-    assert params.validate({"map_publish_period_s": 2}).map_publish_period_s == 2.0
+    assert params.split({"map_publish_period_s": 2})[1].map_publish_period_s == 2.0
+
+
+def test_process_all_frames_refuses_a_best_effort_subscription():
+    assert params.split({"process_all_frames": True})[1].input_errors() == []
+    errors = params.split({"process_all_frames": True, "image_qos": "best_effort"})[1].input_errors()
+    assert len(errors) == 1 and "set image_qos to auto or reliable" in errors[0]
+
+
+def test_descriptors_say_when_a_parameter_may_change():
+    fields = params.FIELDS
+    sliding = params.descriptor(fields["sliding_window"])
+    assert sliding.read_only and sliding.integer_range[0].from_value == 1
+    confidence = params.descriptor(fields["min_confidence"])
+    assert not confidence.read_only and confidence.floating_point_range[0].from_value == 0.0
+    assert "applies at once" in confidence.description
+    assert "taken at activate" in params.descriptor(fields["image_transport"]).description
 
 
 def test_newest_frame_wins_and_counts_drops():
@@ -157,13 +176,15 @@ def test_fifo_keeps_order_and_blocks_when_full():
 def test_worker_runs_commands_between_frames_and_fails_pending_ones_on_stop():
     seen = []
     inbox = FrameInbox(keep_all=True, capacity=10)
-    worker = Worker(inbox, seen.append)
+    errors = []
+    worker = Worker(inbox, lambda f: seen.append(f) if f != "bad" else 1 / 0, errors.append)
     worker.start()
+    inbox.put("bad")                          # a failing frame does not stop the worker
     inbox.put("frame")
     assert worker.submit(lambda: "done").result(timeout=5) == "done"
     assert worker.submit(lambda: 1 / 0).exception(timeout=5).__class__ is ZeroDivisionError
     assert worker.stop(5)
-    assert seen == ["frame"]
+    assert seen == ["frame"] and [type(e) for e in errors] == [ZeroDivisionError]
     with pytest.raises(RuntimeError, match="stopped"):
         worker.submit(lambda: None).result(timeout=1)
 

@@ -28,6 +28,14 @@ def make_header(stamp, frame_id: str) -> Header:
     return Header(stamp=stamp, frame_id=frame_id)
 
 
+def stamp_from_seconds(stamp_s: float):
+    """builtin_interfaces/Time from float seconds (for poses whose exact stamp is gone)."""
+    from builtin_interfaces.msg import Time
+
+    sec = int(stamp_s // 1)
+    return Time(sec=sec, nanosec=min(int(round((stamp_s - sec) * 1e9)), 999_999_999))
+
+
 def pose_from_matrix(pose_4x4: np.ndarray) -> Pose:
     msg = Pose()
     msg.position.x, msg.position.y, msg.position.z = (float(v) for v in pose_4x4[:3, 3])

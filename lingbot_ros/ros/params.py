@@ -1,232 +1,186 @@
-"""Every parameter of map_node, declared in one place and validated at configure.
+"""map_node's parameters: the Mapper's settings plus the node's own, declared from one list.
 
-``PARAMETERS`` is the single list (name, default, description). ``declare(node)`` declares them
-all (dynamically typed, so a YAML ``2`` for a float is accepted and a wrong type is reported by
-``validate`` instead of killing the node at start-up). ``read(node)`` returns a ``NodeConfig`` or
-raises ``ConfigError`` listing every problem with the parameter name and what to change.
-config/map.yaml mirrors these defaults.
+Every field of ``MapperSettings`` and ``NodeSettings`` is one parameter of the same name, with
+the field's default and help text. Descriptors say when a value may change (mapping.settings):
+CONFIGURE fields are read-only, ACTIVATE fields (the inputs) may change while the node is
+inactive and take effect at activate, LIVE fields apply at once. Integer and float minimums
+become descriptor ranges. Parameters are dynamically typed so that a YAML ``2`` for a float is
+accepted and a wrong type is reported at configure instead of killing the node at start-up.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
+import sys
 
-from lingbot_ros.ros.image_codec import DEFAULT_MAX_PIXELS
+from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
+from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
+                                          field_errors, setting)
 
 QOS_CHOICES = ("sensor_data", "reliable", "best_effort")
-KEYFRAME_POLICIES = ("interval", "motion")
+IMAGE_QOS_CHOICES = ("auto",) + QOS_CHOICES
 TF_MODES = ("none", "map_to_camera", "map_to_odom")
-CACHE_FULL_ACTIONS = ("reset",)
+IMAGE_TRANSPORTS = ("raw", "compressed")
+
+
+def _frame_name(value) -> str | None:
+    return None if value and "/" not in value.strip("/") and " " not in value else \
+        "must be a TF frame name (non-empty, no spaces or inner slashes)"
 
 
 @dataclasses.dataclass(frozen=True)
-class NodeConfig:
-    autostart: bool = True
-    # Model
-    checkpoint: str = ""
-    model_config: str = ""
-    device: str = "auto"
-    image_width: int = 518
-    num_scale_frames: int = 8
-    sliding_window: int = 64
-    camera_num_iterations: int = 4
-    dtype: str = "auto"
-    attention_backend: str = "auto"
-    cuda_graphs: bool = True
-    fused_blocks: bool = True
-    warmup: bool = True
-    warmup_image_size: str = "640x480"
-    # Keyframes and long runs
-    keyframe_policy: str = "interval"
-    keyframe_interval: int = 1
-    keyframe_min_parallax_px: float = 8.0
-    max_keyframes: int = 1000
-    max_cache_mb: float = 0.0
-    on_cache_full: str = "reset"
-    max_stamp_gap_s: float = 5.0
-    # Input
-    image_transport: str = "raw"
-    process_all_frames: bool = False
-    queue_size: int = 30
-    image_qos: str = "sensor_data"
-    image_qos_depth: int = 1
-    camera_info_qos: str = "sensor_data"
-    camera_info_qos_depth: int = 5
-    use_camera_info: bool = False
-    max_image_pixels: int = DEFAULT_MAX_PIXELS
-    # Output
-    map_frame: str = "map"
-    camera_frame: str = ""
-    tf_mode: str = "none"
-    tf_camera_frame: str = "lingbot_camera"
-    odom_frame: str = "odom"
-    odom_variance: float = 0.01
-    path_max_length: int = 1000
-    points_stride: int = 4
-    min_confidence: float = 1.5
-    map_voxel_size_m: float = 0.05
-    map_publish_period_s: float = 2.0
-    save_directory: str = "out"
-    diagnostics_period_s: float = 1.0
-    service_timeout_s: float = 30.0
+class NodeSettings:
+    autostart: bool = setting(True, "configure and activate at start-up (off: wait for lifecycle transitions)")
+    # -- input (taken at activate) ---------------------------------------------------------------
+    image_transport: str = setting("raw", "raw (~/image, sensor_msgs/Image) or compressed (<image "
+                                          "topic>/compressed, sensor_msgs/CompressedImage)",
+                                   choices=IMAGE_TRANSPORTS, when=ACTIVATE)
+    process_all_frames: bool = setting(False, "process every frame in order (bag replay): a reliable "
+                                              "keep-all subscription and a bounded queue that makes the "
+                                              "publisher wait, instead of newest-frame-wins", when=ACTIVATE)
+    queue_size: int = setting(30, "queue bound with process_all_frames (the subscription then waits)",
+                              minimum=1, when=ACTIVATE)
+    image_qos: str = setting("auto", "auto (sensor_data; reliable keep-all with process_all_frames), "
+                                     "sensor_data, reliable or best_effort", choices=IMAGE_QOS_CHOICES,
+                             when=ACTIVATE)
+    image_qos_depth: int = setting(1, "image subscription history depth (newest-frame-wins)", minimum=1,
+                                   when=ACTIVATE)
+    use_camera_info: bool = setting(False, "subscribe to the camera_info beside the image topic (validated; "
+                                           "its K is reported in diagnostics next to the model's estimate)",
+                                    when=ACTIVATE)
+    camera_info_qos: str = setting("sensor_data", "sensor_data, reliable or best_effort", choices=QOS_CHOICES,
+                                   when=ACTIVATE)
+    camera_info_qos_depth: int = setting(5, "camera_info subscription history depth", minimum=1, when=ACTIVATE)
+    max_image_pixels: int = setting(DEFAULT_MAX_PIXELS, "larger images are rejected as bad input", minimum=1,
+                                    when=ACTIVATE)
+    # -- output ----------------------------------------------------------------------------------
+    map_frame: str = setting("map", "frame of poses, path, odometry and clouds", check=_frame_name)
+    camera_frame: str = setting("", "child frame of odometry and frame of depth images; empty = the "
+                                    "image's frame_id")
+    tf_mode: str = setting("none", "none, map_to_camera (map -> tf_camera_frame) or map_to_odom (needs "
+                                   "tf2_ros)", choices=TF_MODES)
+    tf_camera_frame: str = setting("lingbot_camera", "child frame for tf_mode map_to_camera; must be a frame "
+                                                     "no other node publishes", check=_frame_name)
+    odom_frame: str = setting("odom", "odometry frame for tf_mode map_to_odom", check=_frame_name)
+    odom_variance: float = setting(0.01, "pose covariance diagonal of ~/odom while tracking", minimum=0,
+                                   when=LIVE)
+    path_max_length: int = setting(1000, "poses in ~/path", minimum=1, when=LIVE)
+    points_stride: int = setting(4, "pixel stride of ~/points", minimum=1, when=LIVE)
+    map_publish_period_s: float = setting(2.0, "period of ~/map (0 = never published)", minimum=0, when=LIVE)
+    save_directory: str = setting("out", "default directory of ~/save_map", when=LIVE)
+    diagnostics_period_s: float = setting(1.0, "period of /diagnostics and of the periodic ~/status", above=0,
+                                          when=LIVE)
+    service_timeout_s: float = setting(30.0, "how long a service waits for the worker", above=0, when=LIVE)
+
+    def __post_init__(self):
+        errors = field_errors(self)
+        if self.tf_camera_frame == self.map_frame:
+            errors.append("'tf_camera_frame' must differ from 'map_frame'")
+        if errors:
+            raise SettingsError("invalid parameters: " + "; ".join(errors))
+
+    def input_errors(self) -> list[str]:
+        """Combinations of input parameters that cannot work (checked at activate)."""
+        if self.process_all_frames and self.image_qos not in ("auto", "reliable"):
+            return [f"'process_all_frames' promises that no frame is lost, which a best-effort "
+                    f"subscription cannot keep: set image_qos to auto or reliable (got "
+                    f"'{self.image_qos}') or process_all_frames to false"]
+        return []
 
 
-DESCRIPTIONS = {
-    "autostart": "configure and activate at start-up (off: wait for lifecycle transitions)",
-    "checkpoint": "model checkpoint (.pt); empty = tiny random-weight model, NOT a real map",
-    "model_config": "preset name (tiny, lingbot-map) or JSON file; empty = lingbot-map with a "
-                    "checkpoint, tiny without",
-    "device": "auto, cpu, cuda or cuda:N",
-    "image_width": "model input width in pixels (multiple of the patch size, 14)",
-    "num_scale_frames": "frames buffered before the first poses (scale initialisation)",
-    "sliding_window": "keyframes kept in the attention window",
-    "camera_num_iterations": "camera head refinement iterations",
-    "dtype": "auto, float32, float16 or bfloat16",
-    "attention_backend": "auto, torch or flashinfer",
-    "cuda_graphs": "replay each frame step as captured CUDA graphs (CUDA with flashinfer; same outputs, "
-                   "far less host work); false runs it eagerly",
-    "fused_blocks": "run the transformer blocks' norms, RoPE and residual work as kernels fused by torch.compile "
-                    "(CUDA, single-frame steps; compiled once at warm-up, cached on disk); false keeps the eager kernels",
-    "warmup": "run dummy frames through both phases at activate (kernel builds, CUDA graph capture) "
-              "so the first real frames are not slow",
-    "warmup_image_size": "camera image size (WxH) the warm-up imitates: set it to the camera's, so that the "
-                         "kernels compiled and the CUDA graph captured at warm-up serve the live frames",
-    "keyframe_policy": "interval (every keyframe_interval-th frame) or motion (optical-flow "
-                       "parallax against the last keyframe)",
-    "keyframe_interval": "keyframe every N frames (interval policy)",
-    "keyframe_min_parallax_px": "median optical-flow parallax (pixels at 320 px image width) that makes a keyframe (motion policy)",
-    "max_keyframes": "keyframes stored since the last reset before on_cache_full (0 = no cap); keep it below the model's max_frame_num (1024) so the 3D RoPE stays in range",
-    "max_cache_mb": "cache memory before on_cache_full (0 = no cap)",
-    "on_cache_full": "what happens at the cap: reset (the stream restarts, announced on ~/status)",
-    "max_stamp_gap_s": "a gap between image stamps larger than this resets the stream (0 = never); "
-                       "a backward jump always does",
-    "image_transport": "raw (~/image, sensor_msgs/Image) or compressed (~/image/compressed)",
-    "process_all_frames": "process every frame in order with a bounded queue (bag replay) instead "
-                          "of newest-frame-wins",
-    "queue_size": "queue bound with process_all_frames (the subscription then waits)",
-    "image_qos": "sensor_data, reliable or best_effort",
-    "image_qos_depth": "image subscription history depth",
-    "camera_info_qos": "sensor_data, reliable or best_effort",
-    "camera_info_qos_depth": "camera_info subscription history depth",
-    "use_camera_info": "subscribe to ~/camera_info (validated; its K is reported in diagnostics "
-                       "next to the model's estimate)",
-    "max_image_pixels": "larger images are rejected as bad input",
-    "map_frame": "frame of poses, path, odometry, clouds",
-    "camera_frame": "child frame of odometry and frame of depth images; empty = the image's frame_id",
-    "tf_mode": "none, map_to_camera (map -> tf_camera_frame) or map_to_odom (needs tf2_ros)",
-    "tf_camera_frame": "child frame for tf_mode map_to_camera; must be a frame no other node "
-                       "publishes",
-    "odom_frame": "odometry frame for tf_mode map_to_odom",
-    "odom_variance": "pose covariance diagonal while tracking",
-    "path_max_length": "poses kept in ~/path",
-    "points_stride": "pixel stride of ~/points and of map insertion",
-    "min_confidence": "minimum depth confidence of published points",
-    "map_voxel_size_m": "voxel size of the accumulated map",
-    "map_publish_period_s": "period of ~/map (0 = never published)",
-    "save_directory": "default directory of ~/save_map",
-    "diagnostics_period_s": "period of /diagnostics and of the periodic ~/status",
-    "service_timeout_s": "how long a service waits for the worker",
-}
-
-PARAMETERS = [(f.name, f.default, DESCRIPTIONS[f.name]) for f in dataclasses.fields(NodeConfig)]
+PARAMETER_CLASSES = (MapperSettings, NodeSettings)
+FIELDS = {f.name: f for cls in PARAMETER_CLASSES for f in dataclasses.fields(cls)}
 
 
-class ConfigError(ValueError):
-    """Invalid parameters; the message lists each one and what to change."""
+def when(name: str) -> str:
+    return FIELDS[name].metadata.get("when", CONFIGURE)
 
 
-def declare(node) -> None:
-    from rcl_interfaces.msg import ParameterDescriptor
+def descriptor(field):
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
-    for name, default, description in PARAMETERS:
-        if not node.has_parameter(name):
-            node.declare_parameter(name, default, ParameterDescriptor(
-                description=description, dynamic_typing=True))
-
-
-def parse_image_size(text: str) -> tuple[int, int] | None:
-    """'640x480' -> (640, 480); None if it is not two positive integers."""
-    try:
-        width, height = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        return None
-    return (width, height) if width > 0 and height > 0 else None
-
-
-def read(node) -> NodeConfig:
-    return validate({name: node.get_parameter(name).value for name, _, _ in PARAMETERS})
+    meta = field.metadata
+    text = meta["help"]
+    if meta.get("choices"):
+        text += f" [one of: {', '.join(meta['choices'])}]"
+    stage = meta.get("when", CONFIGURE)
+    text += {CONFIGURE: " (read-only: restart the node to change it)",
+             ACTIVATE: " (taken at activate: change it while inactive)", LIVE: " (applies at once)"}[stage]
+    result = ParameterDescriptor(description=text, dynamic_typing=True, read_only=stage == CONFIGURE)
+    low = meta.get("minimum") if meta.get("minimum") is not None else meta.get("above")
+    if low is not None and type(field.default) is int:
+        result.integer_range = [IntegerRange(from_value=int(low), to_value=2**63 - 1, step=0)]
+    elif low is not None and type(field.default) is float:
+        result.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=sys.float_info.max,
+                                                          step=0.0)]
+    return result
 
 
-def _coerce(name, value, default, errors):
-    expected = type(default)
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        errors.append(f"'{name}' must be a {expected.__name__}, got {value!r}")
-        return default
-    return value
+def declare(node) -> dict:
+    """Declare every parameter. A start-up value that its descriptor's range refuses does not
+    kill the node: the default is declared instead, and the refused values are returned for
+    ``read`` to report at configure, with the same messages as every other bad value."""
+    from rclpy.exceptions import InvalidParameterValueException
+
+    refused = {}
+    for name, field in FIELDS.items():
+        if node.has_parameter(name):
+            continue
+        try:
+            node.declare_parameter(name, field.default, descriptor(field))
+        except InvalidParameterValueException:
+            refused[name] = node._parameter_overrides[name].value
+            node.declare_parameter(name, field.default, descriptor(field), ignore_override=True)
+    return refused
 
 
-def validate(values: dict) -> NodeConfig:
-    """Check types and ranges; raise ConfigError naming every bad parameter."""
-    errors: list[str] = []
-    defaults = NodeConfig()
-    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(NodeConfig)})
-    if unknown:
-        errors.append(f"unknown parameter(s) {unknown}")
-    kwargs = {f.name: _coerce(f.name, values.get(f.name, getattr(defaults, f.name)),
-                              getattr(defaults, f.name), errors)
-              for f in dataclasses.fields(NodeConfig)}
-    cfg = NodeConfig(**kwargs)
+def read(node, refused: dict) -> tuple[MapperSettings, NodeSettings]:
+    """The current parameter values as settings; SettingsError names every bad one."""
+    values = {name: node.get_parameter(name).value for name in FIELDS}
+    return split({**values, **refused})
 
-    def need(ok: bool, message: str):
-        if not ok:
-            errors.append(message)
 
-    def choice(name, choices):
-        need(getattr(cfg, name) in choices, f"'{name}' must be one of {list(choices)}, got "
-                                            f"'{getattr(cfg, name)}'")
-
-    for name in ("image_qos", "camera_info_qos"):
-        choice(name, QOS_CHOICES)
-    choice("keyframe_policy", KEYFRAME_POLICIES)
-    choice("image_transport", ("raw", "compressed"))
-    choice("tf_mode", TF_MODES)
-    choice("on_cache_full", CACHE_FULL_ACTIONS)
-    choice("dtype", ("auto", "float32", "float16", "bfloat16"))
-    choice("attention_backend", ("auto", "torch", "flashinfer"))
-    need(cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"),
-         f"'device' must be auto, cpu, cuda or cuda:N, got '{cfg.device}'")
-    for name in ("keyframe_interval", "image_qos_depth", "camera_info_qos_depth", "queue_size",
-                 "points_stride", "num_scale_frames", "sliding_window", "camera_num_iterations",
-                 "path_max_length"):
-        need(getattr(cfg, name) >= 1, f"'{name}' must be >= 1, got {getattr(cfg, name)}")
-    need(cfg.image_width >= 14 and cfg.image_width % 14 == 0,
-         f"'image_width' must be a positive multiple of 14 (the patch size), got {cfg.image_width}")
-    need(parse_image_size(cfg.warmup_image_size) is not None,
-         f"'warmup_image_size' must be WIDTHxHEIGHT in pixels, e.g. 640x480, got '{cfg.warmup_image_size}'")
-    need(cfg.max_keyframes >= 0, f"'max_keyframes' must be >= 0, got {cfg.max_keyframes}")
-    need(cfg.max_image_pixels > 0, f"'max_image_pixels' must be > 0, got {cfg.max_image_pixels}")
-    for name in ("keyframe_min_parallax_px", "max_cache_mb", "max_stamp_gap_s", "odom_variance",
-                 "min_confidence", "map_publish_period_s"):
-        value = getattr(cfg, name)
-        need(math.isfinite(value) and value >= 0, f"'{name}' must be a finite number >= 0, got {value}")
-    need(math.isfinite(cfg.map_voxel_size_m) and cfg.map_voxel_size_m > 0,
-         f"'map_voxel_size_m' must be > 0, got {cfg.map_voxel_size_m}")
-    need(math.isfinite(cfg.diagnostics_period_s) and cfg.diagnostics_period_s > 0,
-         f"'diagnostics_period_s' must be a finite number > 0, got {cfg.diagnostics_period_s}")
-    need(cfg.service_timeout_s > 0, f"'service_timeout_s' must be > 0, got {cfg.service_timeout_s}")
-    need(bool(cfg.map_frame), "'map_frame' must not be empty")
-    need(cfg.tf_mode != "map_to_camera" or bool(cfg.tf_camera_frame),
-         "'tf_camera_frame' must name a frame when tf_mode is map_to_camera")
-    need(cfg.tf_camera_frame != cfg.map_frame, "'tf_camera_frame' must differ from 'map_frame'")
-    if cfg.checkpoint:
-        need(os.path.isfile(cfg.checkpoint), f"'checkpoint' file '{cfg.checkpoint}' does not exist "
-                                             "(set an existing .pt, or '' for the tiny random model)")
-    if cfg.model_config.endswith(".json"):
-        need(os.path.isfile(cfg.model_config),
-             f"'model_config' file '{cfg.model_config}' does not exist")
+def split(values: dict) -> tuple[MapperSettings, NodeSettings]:
+    """Settings from a flat {name: value} (parameters, a YAML file), every problem at once."""
+    unknown = sorted(set(values) - set(FIELDS))
+    errors = [f"unknown parameter(s) {unknown}"] if unknown else []
+    parts = []
+    for cls in PARAMETER_CLASSES:
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            parts.append(coerce(cls, {k: v for k, v in values.items() if k in names}))
+        except SettingsError as error:
+            errors.append(str(error).split(": ", 1)[1])
     if errors:
-        raise ConfigError("invalid parameters: " + "; ".join(errors))
-    return cfg
+        raise SettingsError("invalid parameters: " + "; ".join(errors))
+    return parts[0], parts[1]
+
+
+def on_set(node, parameters):
+    """Set-parameters callback: refuse what cannot change now (with the reason), check every new
+    value against its rules, and apply LIVE values (Mapper ones on the worker, between frames)."""
+    from rcl_interfaces.msg import SetParametersResult
+
+    active = node._state_machine.current_state[1] == "active"
+    mapper_changes, node_changes = {}, {}
+    for parameter in parameters:
+        name, stage = parameter.name, when(parameter.name) if parameter.name in FIELDS else None
+        if stage is None:
+            continue
+        if stage == CONFIGURE:
+            return SetParametersResult(successful=False, reason=f"'{name}' is read-only while the node runs")
+        if stage == ACTIVATE and active:
+            return SetParametersResult(successful=False, reason=(
+                f"'{name}' is taken at activate: deactivate the node, set it, activate again"))
+        target = mapper_changes if name in MapperSettings.__dataclass_fields__ else node_changes
+        target[name] = parameter.value
+    try:
+        current = {name: node.get_parameter(name).value for name in FIELDS}
+        current.update(node.refused_parameters)
+        settings, node_settings = split({**current, **mapper_changes, **node_changes})
+    except SettingsError as error:
+        return SetParametersResult(successful=False, reason=str(error))
+    if node.mapper is not None and mapper_changes:
+        node.worker.submit(node.mapper.apply_live, settings)
+    if node.cfg is not None and node_changes:
+        node.apply_live(node_settings)
+    return SetParametersResult(successful=True)

@@ -5,6 +5,12 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
                        qos_profile_sensor_data)
 
 
+# process_all_frames: nothing may be lost inside DDS either. Keep-all history holds every sample
+# the worker has not taken yet, and a reliable reader makes the writer resend instead of dropping.
+KEEP_ALL_RELIABLE = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                               history=HistoryPolicy.KEEP_ALL)
+
+
 def input_qos(name: str, depth: int) -> QoSProfile:
     """sensor_data (best effort, volatile), reliable, or best_effort, keep-last ``depth``.
 

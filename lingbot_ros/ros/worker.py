@@ -74,11 +74,18 @@ class FrameInbox:
 
 
 class Worker:
-    """Runs ``handle_frame`` for each inbox frame and submitted commands in between."""
+    """Runs ``handle_frame`` for each inbox frame and submitted commands in between.
 
-    def __init__(self, inbox: FrameInbox, handle_frame: Callable, name: str = "lingbot_worker"):
+    ``inbox`` may be replaced between activations (its kind follows the input parameters).
+    An exception from ``handle_frame`` goes to ``on_error`` and the worker goes on: one bad frame
+    must not stop the node.
+    """
+
+    def __init__(self, inbox: FrameInbox, handle_frame: Callable, on_error: Callable[[BaseException], None],
+                 name: str = "lingbot_worker"):
         self.inbox = inbox
         self._handle_frame = handle_frame
+        self._on_error = on_error
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -100,7 +107,7 @@ class Worker:
         """Stop after the current frame; return True if the thread ended in time."""
         self._stop.set()
         self.inbox.close()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         # Anything still queued will never run: say so instead of leaving callers waiting.
         while not self._commands.empty():
@@ -126,6 +133,8 @@ class Worker:
                 self.busy = True
                 try:
                     self._handle_frame(frame)
+                except Exception as error:
+                    self._on_error(error)
                 finally:
                     self.busy = False
         self._run_commands()

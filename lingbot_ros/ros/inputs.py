@@ -1,0 +1,70 @@
+"""The node's subscriptions: images (raw or compressed) and camera_info, decoded in the callback.
+
+Callbacks only decode and hand frames to the worker's inbox; bad input is counted and logged
+(throttled), never raised.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+
+from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, image_to_rgb
+from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.ros import topics
+from lingbot_ros.ros.qos import KEEP_ALL_RELIABLE, input_qos
+
+# Bad input is logged at most this often (the counters in ~/status see every frame).
+BAD_INPUT_LOG_PERIOD_S = 5.0
+
+
+class Inputs:
+    def __init__(self, node, cfg, counters, inbox, group):
+        """Subscribe now (activate); ``destroy`` undoes it (deactivate)."""
+        self.node, self.cfg, self.counters, self.inbox = node, cfg, counters, inbox
+        self.camera_info_k = ""
+        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info)
+        self.image_topic = names.image
+        qos = KEEP_ALL_RELIABLE if cfg.process_all_frames else input_qos(
+            "sensor_data" if cfg.image_qos == "auto" else cfg.image_qos, cfg.image_qos_depth)
+        compressed = cfg.image_transport == "compressed"
+        decode = compressed_to_rgb if compressed else image_to_rgb
+        self._subscriptions = [node.create_subscription(
+            CompressedImage if compressed else Image, names.image, lambda msg: self.accept(msg, decode), qos,
+            callback_group=group)]
+        if names.camera_info:
+            self._subscriptions.append(node.create_subscription(
+                CameraInfo, names.camera_info, self._on_camera_info,
+                input_qos(cfg.camera_info_qos, cfg.camera_info_qos_depth), callback_group=group))
+
+    def destroy(self) -> None:
+        for subscription in self._subscriptions:
+            self.node.destroy_subscription(subscription)
+        self._subscriptions = []
+
+    def accept(self, msg, decode) -> None:
+        """Image callback: decode and hand over; blocks only while a full keep-all queue waits."""
+        received_ns = time.monotonic_ns()
+        self.counters.add("received")
+        try:
+            rgb = decode(msg, self.cfg.max_image_pixels)
+        except ImageDecodeError as error:
+            self._bad_input("rejected", f"image skipped: {error}")
+            return
+        stamp = msg.header.stamp
+        frame = InputFrame(rgb=rgb, stamp_ns=stamp.sec * 10**9 + stamp.nanosec, frame_id=msg.header.frame_id,
+                           source=stamp, received_ns=received_ns)
+        self.counters.add("dropped", self.inbox.put(frame))
+
+    def _on_camera_info(self, msg) -> None:
+        k = list(msg.k)
+        if not (all(math.isfinite(v) for v in k) and k[0] > 0 and k[4] > 0 and msg.width and msg.height):
+            self._bad_input("camera_info_rejected", f"camera_info skipped: K={k}, size {msg.width}x{msg.height}")
+            return
+        self.camera_info_k = f"fx={k[0]:.1f} fy={k[4]:.1f} cx={k[2]:.1f} cy={k[5]:.1f} ({msg.width}x{msg.height})"
+
+    def _bad_input(self, counter: str, text: str) -> None:
+        self.counters.add(counter)
+        self.counters.error(text)
+        self.node.get_logger().warning(text, throttle_duration_sec=BAD_INPUT_LOG_PERIOD_S)
