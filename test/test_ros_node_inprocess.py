@@ -25,7 +25,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 from conftest import wait_until  # noqa: E402
 
 from lingbot_ros.ros import messages  # noqa: E402
-from lingbot_ros.ros.image_codec import fill_image  # noqa: E402
+from lingbot_ros.io.image_codec import fill_image  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 
 if MapStatus is None:

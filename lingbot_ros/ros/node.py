@@ -34,10 +34,10 @@ from nav_msgs.msg import Odometry
 from std_srvs.srv import Trigger
 from diagnostic_msgs.msg import DiagnosticArray
 
+from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, fill_image, image_to_rgb
 from lingbot_ros.mapping import to_numpy
 from lingbot_ros.ros import messages, params
 from lingbot_ros.ros.diagnostics import Counters, diagnostic_array
-from lingbot_ros.ros.image_codec import ImageDecodeError, compressed_to_rgb, fill_image, image_to_rgb
 from lingbot_ros.ros.qos import LATCHED_QOS, OUTPUT_QOS, input_qos
 from lingbot_ros.ros.tf import make_tf_output
 from lingbot_ros.ros.tracker import STATE_NAMES, CacheNumbers, InputFrame, Tracker

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 
-from lingbot_ros.ros.image_codec import DEFAULT_MAX_PIXELS
+from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
 
 QOS_CHOICES = ("sensor_data", "reliable", "best_effort")
 KEYFRAME_POLICIES = ("interval", "motion")

@@ -18,13 +18,13 @@ import cv2
 import numpy as np
 import torch
 
+from lingbot_ros.io.sources import SourceError, open_source
 from lingbot_ros.mapping import (Trajectory, VoxelMap, VoxelRangeError, image_to_rgb_uint8,
                                  select_points, write_ply, write_tum)
 from lingbot_ros.model import (CheckpointError, ConfigError, ModelConfig, build_model,
                                load_checkpoint)
 from lingbot_ros.stream import (FrameError, ImageError, Preprocessor, SettingsError,
                                 StreamingSession, StreamSettings)
-from lingbot_ros.tools.sources import SourceError, open_source
 
 DEPTH_PNG_MAX_M = 65.535  # uint16 millimetres
 
