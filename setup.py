@@ -33,7 +33,8 @@ setup(
     ],
     python_requires=">=3.10",
     # torch is deliberately not pinned: users bring the build that matches their CUDA.
-    install_requires=["numpy", "pillow", "opencv-python-headless", "rosbags", "torch>=2.4"],
+    install_requires=["numpy", "pillow", "opencv-python-headless", "simplejpeg", "rosbags",
+                      "torch>=2.4"],
     extras_require={
         "ros": ros,
         "gpu": ["flashinfer-python==0.7.4"],

@@ -52,3 +52,14 @@ def torch_single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def shared_data(shared_dir):
+    """Look up a folder of ../shared/data (the real sequences), skipping when it is absent."""
+    def lookup(name: str) -> Path:
+        path = shared_dir / "data" / name
+        if not path.exists():
+            pytest.skip(f"shared data {path} is absent (see ../shared/data/README.md)")
+        return path
+    return lookup

@@ -11,7 +11,7 @@ from lingbot_ros.mapping import VoxelMap, depth_to_points, read_ply, read_tum
 from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
 from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
 from lingbot_ros.tools.offline import OutputWriter, main
-from lingbot_ros.tools.sources import SyntheticSource
+from lingbot_ros.io.sources import SyntheticSource
 
 
 

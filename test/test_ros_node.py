@@ -33,7 +33,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 
 from conftest import wait_until  # noqa: E402
 from lingbot_ros.mapping import read_ply, read_tum  # noqa: E402
-from lingbot_ros.ros.image_codec import fill_compressed, fill_image  # noqa: E402
+from lingbot_ros.io.image_codec import fill_compressed, fill_image  # noqa: E402
 
 try:
     from lingbot_ros.msg import MapStatus

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     if args.rate <= 0:
         print("lingbot-ros-camera: --rate must be > 0", file=sys.stderr)
         return 2
-    from lingbot_ros.tools.sources import SourceError, open_source
+    from lingbot_ros.io.sources import SourceError, open_source
 
     try:
         source = open_source(args.source, rate_hz=args.rate)
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import CompressedImage, Image
 
-    from lingbot_ros.ros.image_codec import fill_compressed, fill_image
+    from lingbot_ros.io.image_codec import fill_compressed, fill_image
 
     rclpy.init(args=None)
     node = rclpy.create_node("lingbot_camera")

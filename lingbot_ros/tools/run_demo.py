@@ -41,7 +41,7 @@ def _camera_thread(node, source, rate: float, stop: threading.Event) -> threadin
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
-    from lingbot_ros.ros.image_codec import fill_image
+    from lingbot_ros.io.image_codec import fill_image
 
     publisher = node.create_publisher(Image, "/map_node/image", qos_profile_sensor_data)
 
@@ -63,7 +63,7 @@ def _camera_thread(node, source, rate: float, stop: threading.Event) -> threadin
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from lingbot_ros.tools.sources import SourceError, open_source
+    from lingbot_ros.io.sources import SourceError, open_source
 
     spec = args.source or (str(DEFAULT_IMAGES) if DEFAULT_IMAGES.is_dir() else "synthetic:640x480")
     try:

@@ -1,28 +1,19 @@
-"""tools/sources.py on tiny generated folders, videos and bags, and on ../shared/data."""
+"""io/sources.py on tiny generated folders, videos and bags, and on ../shared/data. Bags and
+folders decode through the node's own decoder (io/image_codec.py)."""
 import contextlib
 import io
-from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 from PIL import Image
+from sensor_msgs.msg import Image as RosImage
 
-from lingbot_ros.tools.sources import (BagSource, CameraSource, EmptySourceError, FolderSource,
-                                       NoImageTopicError, SourceNotFoundError, SyntheticSource,
-                                       UnknownSourceFormatError, UnsupportedEncodingError,
-                                       VideoSource, decode_raw_image, open_source)
-
-
-@pytest.fixture
-def shared_data(shared_dir):
-    """Look up a folder of ../shared/data (the real sequences), skipping when it is absent."""
-    def lookup(name: str) -> Path:
-        path = shared_dir / "data" / name
-        if not path.exists():
-            pytest.skip(f"shared data {path} is absent (see ../shared/data/README.md)")
-        return path
-    return lookup
+from lingbot_ros.io.image_codec import CorruptImageError, UnsupportedEncodingError, image_to_rgb
+from lingbot_ros.io.sources import (BagSource, CameraSource, EmptySourceError, FolderSource,
+                                    FrameDecodeError, NoImageTopicError, SourceNotFoundError,
+                                    SyntheticSource, UnknownSourceFormatError, VideoSource,
+                                    open_source)
 
 
 def pattern(i, height=24, width=32):
@@ -115,7 +106,7 @@ def write_bag(path, messages, storage="mcap"):
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
 
-    typestore = get_typestore(Stores.LATEST)
+    typestore = get_typestore(Stores.ROS2_KILTED)
     header_type = typestore.types["std_msgs/msg/Header"]
     time_type = typestore.types["builtin_interfaces/msg/Time"]
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
@@ -195,7 +186,7 @@ def test_bag_without_image_topics(tmp_path):
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
 
-    typestore = get_typestore(Stores.LATEST)
+    typestore = get_typestore(Stores.ROS2_KILTED)
     string_type = typestore.types["std_msgs/msg/String"]
     with Writer(tmp_path / "bag", version=9, storage_plugin=StoragePlugin.MCAP) as writer:
         connection = writer.add_connection("/chatter", "std_msgs/msg/String", typestore=typestore)
@@ -213,20 +204,82 @@ def test_bag_storage_file_directly(tmp_path):
     np.testing.assert_array_equal(frame.rgb, pattern(0))
 
 
-def test_raw_decoding_errors():
-    data = np.zeros(10, np.uint8)
-    with pytest.raises(UnsupportedEncodingError, match="'yuv422'.*supported: rgb8"):
-        decode_raw_image("yuv422", 2, 2, 4, False, data, "msg")
-    with pytest.raises(UnsupportedEncodingError, match="cannot hold"):
-        decode_raw_image("rgb8", 2, 2, 6, False, data, "msg")
+def mosaic_of(rgb, pattern="rggb"):
+    """Bayer mosaic of an RGB frame: each pixel keeps the channel its 2x2 cell position names."""
+    channel = {"r": 0, "g": 1, "b": 2}
+    mosaic = np.empty(rgb.shape[:2], rgb.dtype)
+    for k, (row, col) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        mosaic[row::2, col::2] = rgb[row::2, col::2, channel[pattern[k]]]
+    return mosaic
 
 
-def test_raw_mono16_keeps_high_byte_both_endians():
-    values = np.array([[0x1234, 0xFF01]], dtype=np.uint16)
-    for big, dtype in ((False, "<u2"), (True, ">u2")):
-        rgb = decode_raw_image("mono16", 1, 2, 4, big, values.astype(dtype).view(np.uint8)
-                               .reshape(-1), "msg")
-        np.testing.assert_array_equal(rgb[0, :, 0], [0x12, 0xFF])
+def padded_fields(array, encoding, pad=6, big_endian=False):
+    """Image fields for [H, W] or [H, W, C] samples (8 or 16 bit), with junk at each row's end."""
+    if array.dtype.itemsize == 2:
+        array = array.astype(">u2" if big_endian else "<u2")
+    rows = array.reshape(array.shape[0], -1).view(np.uint8)
+    rows = np.concatenate([rows, np.full((rows.shape[0], pad), 0xAB, np.uint8)], 1)
+    return dict(height=array.shape[0], width=array.shape[1], encoding=encoding,
+                is_bigendian=int(big_endian), step=rows.shape[1], data=rows.reshape(-1).copy())
+
+
+@pytest.mark.parametrize("encoding, samples, big_endian", [
+    ("bayer_rggb8", mosaic_of(pattern(3)), False),
+    ("bayer_gbrg16", mosaic_of(pattern(3), "gbrg").astype(np.uint16) * 257, True),
+    ("yuv422", np.dstack([np.full((24, 32), 128, np.uint8), pattern(3)[..., 1]]), False),
+    ("mono16", pattern(3)[..., 0].astype(np.uint16) * 256 + 99, True),
+])
+def test_bag_decodes_every_raw_encoding_as_the_node_does(tmp_path, encoding, samples, big_endian):
+    """Bayer, YUV 4:2:2 and 16-bit bags (failed offline before): the same pixels the node's
+    decoder gives for the same fields in an rclpy message."""
+    fields = padded_fields(samples, encoding, big_endian=big_endian)
+    write_bag(tmp_path / "bag", [("/cam/image_raw", "sensor_msgs/msg/Image", fields, 10**9)])
+    (frame,) = list(open_source(str(tmp_path / "bag")))
+    node_rgb = image_to_rgb(RosImage(**{**fields, "data": fields["data"].tobytes()}))
+    np.testing.assert_array_equal(frame.rgb, node_rgb)
+    assert frame.rgb.shape == (24, 32, 3)
+
+
+def test_bag_bayer_frame_has_the_scene_colours(tmp_path):
+    """Demosaicing a flat colour gives that colour back (the pattern name is honoured)."""
+    flat = np.empty((8, 10, 3), np.uint8)
+    flat[:] = [200, 120, 40]
+    write_bag(tmp_path / "bag", [("/cam", "sensor_msgs/msg/Image",
+                                  padded_fields(mosaic_of(flat, "grbg"), "bayer_grbg8"), 5)])
+    (frame,) = list(open_source(str(tmp_path / "bag")))
+    np.testing.assert_allclose(frame.rgb[2:-2, 2:-2].reshape(-1, 3).mean(0), [200, 120, 40],
+                               atol=2)
+
+
+def test_bag_message_that_does_not_decode_is_named(tmp_path):
+    good = raw_fields(pattern(0), "rgb8")
+    write_bag(tmp_path / "bag", [
+        ("/cam", "sensor_msgs/msg/Image", good, 1),
+        ("/cam", "sensor_msgs/msg/Image", {**good, "encoding": "32FC1"}, 2),
+    ])
+    frames = iter(open_source(str(tmp_path / "bag")))
+    np.testing.assert_array_equal(next(frames).rgb, pattern(0))
+    with pytest.raises(FrameDecodeError, match=r"topic /cam message 1: unsupported encoding "
+                                               r"'32FC1'; publish one of") as caught:
+        next(frames)
+    assert isinstance(caught.value.__cause__, UnsupportedEncodingError)
+
+
+def test_bag_and_folder_reject_a_corrupt_jpeg(tmp_path):
+    jpeg = jpeg_fields(pattern(1, 96, 128))["data"].tobytes()
+    sos = jpeg.index(b"\xff\xda")
+    scan = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")     # first byte of scan data
+    cut = jpeg[:(scan + len(jpeg)) // 2] + b"\xff\xd9"     # cut inside the scan, closed by an EOI
+    write_bag(tmp_path / "bag", [("/cam", "sensor_msgs/msg/CompressedImage",
+                                  dict(format="jpeg", data=np.frombuffer(cut, np.uint8).copy()),
+                                  1)])
+    with pytest.raises(FrameDecodeError, match="message 0: corrupt JPEG data") as caught:
+        list(open_source(str(tmp_path / "bag")))
+    assert isinstance(caught.value.__cause__, CorruptImageError)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "000000.jpg").write_bytes(cut)
+    with pytest.raises(FrameDecodeError, match="000000.jpg: corrupt JPEG data"):
+        list(open_source(str(tmp_path / "folder")))
 
 
 # ------------------------------------------------------------------ synthetic, camera
@@ -263,13 +316,14 @@ def test_shared_loop_jpg_folder(shared_data):
 
 
 def test_shared_courthouse_bag_matches_jpg_folder(shared_data):
+    """Every message of the real bag decodes (no false rejects), same size as the folder's."""
     bag = open_source(str(shared_data("courthouse_bag")))
     folder = open_source(str(shared_data("courthouse_jpg")))
     assert bag.topic == "/camera/image_raw/compressed" and bag.num_frames == 286
-    with contextlib.closing(iter(bag)) as bag_frames, \
-            contextlib.closing(iter(folder)) as folder_frames:
-        for i in range(3):
-            from_bag, from_folder = next(bag_frames), next(folder_frames)
-            assert from_bag.stamp_s == pytest.approx(1_700_000_000 + 0.1 * i, abs=1e-6)
-            # Same scene, same size; the README does not promise byte-identical JPEGs.
-            assert from_bag.rgb.shape == from_folder.rgb.shape == (294, 518, 3)
+    frames = 0
+    for i, (from_bag, from_folder) in enumerate(zip(bag, folder)):
+        assert from_bag.stamp_s == pytest.approx(1_700_000_000 + 0.1 * i, abs=1e-6)
+        # Same scene, same size; the README does not promise byte-identical JPEGs.
+        assert from_bag.rgb.shape == from_folder.rgb.shape == (294, 518, 3)
+        frames += 1
+    assert frames == 286

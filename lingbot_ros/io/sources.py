@@ -1,6 +1,8 @@
-"""Frame sources for the offline tool and the camera publisher.
+"""Frame sources for the offline tool, the demo and the camera publisher.
 
-Folder of images, video file, rosbag2, camera device, synthetic pattern.
+Folder of images, video file, rosbag2, camera device, synthetic pattern. Image files and bag
+messages decode through :mod:`lingbot_ros.io.image_codec`, the node's own decoder, so a bag or a
+folder gives the pixels the node would get from the same messages.
 
 Every source is an iterable of :class:`Frame` ``(stamp_s, rgb)`` with ``rgb`` a uint8
 ``[H, W, 3]`` RGB array. Iterating opens the underlying file or device and the generator closes
@@ -11,7 +13,6 @@ the frame count when known up front, else None (cameras, endless synthetic, some
 """
 from __future__ import annotations
 
-import io
 import math
 import time
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Iterator, NamedTuple
 
 import cv2
 import numpy as np
-from PIL import Image, ImageOps
+
+from lingbot_ros.io.image_codec import (ImageDecodeError, compressed_to_rgb, decode_compressed,
+                                        image_to_rgb)
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv")
@@ -49,31 +52,13 @@ class NoImageTopicError(SourceError):
     """The bag has no sensor_msgs/Image or CompressedImage topic (or not the one asked for)."""
 
 
-class UnsupportedEncodingError(SourceError):
-    """An image message uses a pixel encoding or compression this module does not decode."""
+class FrameDecodeError(SourceError):
+    """A file or message of the source does not decode; ``__cause__`` is the ImageDecodeError."""
 
 
 class Frame(NamedTuple):
     stamp_s: float      # seconds (header stamp for bags, capture clock for cameras)
     rgb: np.ndarray     # [H, W, 3] uint8 RGB
-
-
-def decode_image_bytes(data: bytes, what: str) -> np.ndarray:
-    """Decode an encoded JPEG/PNG image -> ``[H, W, 3]`` uint8 RGB.
-
-    Follows spec section 3: PIL decoder, EXIF orientation applied, transparency composited onto
-    white, then RGB. ``what`` names the image in error messages.
-    """
-    try:
-        image = Image.open(io.BytesIO(data))
-        image = ImageOps.exif_transpose(image)
-    except Exception as err:  # PIL raises several unrelated types for corrupt data
-        raise UnsupportedEncodingError(f"{what}: cannot decode image ({err})") from err
-    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        image = Image.alpha_composite(white, rgba)
-    return np.array(image.convert("RGB"))  # a writable copy: consumers may wrap it in torch
 
 
 class FolderSource:
@@ -94,8 +79,11 @@ class FolderSource:
 
     def __iter__(self) -> Iterator[Frame]:
         for i, path in enumerate(self.files):
-            yield Frame(self.start_s + i / self.rate_hz, decode_image_bytes(path.read_bytes(),
-                                                                            str(path)))
+            try:
+                rgb = decode_compressed(path.read_bytes())
+            except ImageDecodeError as err:
+                raise FrameDecodeError(f"image {path}: {err}") from err
+            yield Frame(self.start_s + i / self.rate_hz, rgb)
 
 
 class VideoSource:
@@ -204,9 +192,10 @@ class SyntheticSource:
 class BagSource:
     """Image messages of one topic of a rosbag2 (mcap or sqlite3), stamped by ``header.stamp``.
 
-    Decodes ``sensor_msgs/msg/Image`` (encodings in :data:`RAW_ENCODINGS`, rows read with the
-    message's ``step``) and ``sensor_msgs/msg/CompressedImage`` (JPEG/PNG). Without ``topic``
-    the bag's first image topic is used.
+    Decodes ``sensor_msgs/msg/Image`` (every encoding of
+    :data:`lingbot_ros.io.image_codec.SUPPORTED_ENCODINGS`, as the node does) and
+    ``sensor_msgs/msg/CompressedImage`` (JPEG/PNG). A message that does not decode raises
+    :class:`FrameDecodeError` naming it. Without ``topic`` the bag's first image topic is used.
     """
 
     def __init__(self, path: str | Path, topic: str | None = None):
@@ -251,56 +240,14 @@ class BagSource:
                                                                       COMPRESSED_MSGTYPE)]
             for index, (connection, _, raw) in enumerate(reader.messages(connections=connections)):
                 msg = reader.deserialize(raw, connection.msgtype)
-                what = f"{self.path} {self.topic} message {index}"
-                if connection.msgtype == COMPRESSED_MSGTYPE:
-                    rgb = decode_compressed_image(msg.format, msg.data, what)
-                else:
-                    rgb = decode_raw_image(msg.encoding, msg.height, msg.width, msg.step,
-                                           bool(msg.is_bigendian), msg.data, what)
+                compressed = connection.msgtype == COMPRESSED_MSGTYPE
+                decode = compressed_to_rgb if compressed else image_to_rgb
+                try:
+                    rgb = decode(msg)
+                except ImageDecodeError as err:
+                    raise FrameDecodeError(f"bag {self.path} topic {self.topic} message {index}: "
+                                           f"{err}") from err
                 yield Frame(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, rgb)
-
-
-# encoding -> (channels, bytes per channel, indices of R, G, B among the channels)
-RAW_ENCODINGS = {
-    "rgb8": (3, 1, (0, 1, 2)), "bgr8": (3, 1, (2, 1, 0)),
-    "rgba8": (4, 1, (0, 1, 2)), "bgra8": (4, 1, (2, 1, 0)),
-    "mono8": (1, 1, (0, 0, 0)), "mono16": (1, 2, (0, 0, 0)),
-}
-
-
-def decode_raw_image(encoding: str, height: int, width: int, step: int, is_bigendian: bool,
-                     data: np.ndarray, what: str) -> np.ndarray:
-    """A ``sensor_msgs/Image`` payload -> ``[height, width, 3]`` uint8 RGB.
-
-    ``step`` (bytes per row) may exceed ``width * pixel bytes`` (row padding); the padding is
-    skipped. mono16 keeps the high byte.
-    """
-    if encoding not in RAW_ENCODINGS:
-        raise UnsupportedEncodingError(f"{what}: encoding {encoding!r} is not supported; "
-                                       f"supported: {', '.join(RAW_ENCODINGS)}")
-    channels, depth_bytes, rgb_index = RAW_ENCODINGS[encoding]
-    row_bytes = width * channels * depth_bytes
-    data = np.frombuffer(data, dtype=np.uint8)
-    if step < row_bytes or len(data) < step * (height - 1) + row_bytes:
-        raise UnsupportedEncodingError(
-            f"{what}: {len(data)} bytes with step {step} cannot hold a {width}x{height} "
-            f"{encoding} image")
-    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
-    if depth_bytes == 2:
-        pixels = rows.copy().view(">u2" if is_bigendian else "<u2")
-        pixels = (pixels >> 8).astype(np.uint8)
-    else:
-        pixels = rows
-    pixels = pixels.reshape(height, width, channels)
-    return np.ascontiguousarray(pixels[:, :, list(rgb_index)])
-
-
-def decode_compressed_image(fmt: str, data: np.ndarray, what: str) -> np.ndarray:
-    """A ``sensor_msgs/CompressedImage`` payload (JPEG or PNG) -> ``[H, W, 3]`` uint8 RGB."""
-    if "compresseddepth" in fmt.lower():
-        raise UnsupportedEncodingError(f"{what}: format {fmt!r} is a depth image, not a camera "
-                                       "image; pick the colour topic with topic=...")
-    return decode_image_bytes(np.asarray(data, dtype=np.uint8).tobytes(), f"{what} ({fmt})")
 
 
 def open_source(spec: str, rate_hz: float | None = None, topic: str | None = None):
