@@ -73,12 +73,13 @@ def test_non_keyframe_leaves_no_trace(model, frames):
         torch.testing.assert_close(x.depth, y.depth, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("defer, prefix", [(True, 8), (False, 3)])
-def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefix):
+@pytest.mark.parametrize("defer, prefix, anchors", [(True, 8, True), (False, 3, True), (True, 7, False)])
+def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefix, anchors):
     # With deferral on the rollback also undoes the evictions the frame caused (A + Wn = 5 frames
     # fit, so frames 5.. evict); without deferral it is exact while nothing has been evicted.
-    seen = StreamingSession(model, small(defer_evictions=defer))
-    fresh = StreamingSession(model, small(defer_evictions=defer))
+    # Without anchors, the second of the two rolled-back frames evicts one frame and drops two.
+    seen = StreamingSession(model, small(defer_evictions=defer, include_scale_frames=anchors))
+    fresh = StreamingSession(model, small(defer_evictions=defer, include_scale_frames=anchors))
     run(seen, frames[:prefix]), run(fresh, frames[:prefix])
     before = seen.stats()
     seen.step(frames[14])
@@ -147,6 +148,59 @@ def test_streaming_equals_block_causal_batch(model, frames):
         depth, _ = m.depth_head(outs, H, W)
     torch.testing.assert_close(torch.stack([r.pose_enc for r in streamed]), poses[-1], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(torch.stack([r.depth for r in streamed]), depth[..., 0], rtol=1e-4, atol=1e-5)
+
+
+class SpecNineAttention:
+    """The global attention of spec 9 with plain lists, one cache per layer: append the frames,
+    then (past A + Wn) evict positions [A, len - Wn) keeping their specials, keeping only the
+    last Wn frames without anchors, then attend densely to specials + retained frames."""
+
+    def __init__(self, anchors, window, specials, include_scale_frames, cross_frame_special, camera_only):
+        self.A, self.Wn, self.include = anchors, window, include_scale_frames
+        self.kept = 0 if not cross_frame_special else 1 if camera_only else specials
+        self.retained, self.special = {}, {}
+
+    def __call__(self, layer, q, k, v):                                   # [F, P, H, D]
+        frames = self.retained.setdefault(layer, [])
+        special = self.special.setdefault(layer, [])
+        frames += list(zip(k, v))
+        if len(frames) > self.A + self.Wn:
+            special += [(fk[:self.kept], fv[:self.kept]) for fk, fv in frames[self.A:len(frames) - self.Wn]]
+            if self.include:
+                del frames[self.A:len(frames) - self.Wn]
+            else:
+                del frames[:len(frames) - self.Wn]
+        keys = torch.cat([fk for fk, _ in special] + [fk for fk, _ in frames])
+        values = torch.cat([fv for _, fv in special] + [fv for _, fv in frames])
+        F_, P, H, D = q.shape
+        out = dense_attend(q.reshape(1, F_ * P, H, D), keys[None], values[None])
+        return out.view(F_, P, H, D)
+
+
+@pytest.mark.parametrize("flags", [dict(include_scale_frames=False),
+                                   dict(include_scale_frames=False, camera_only=True),
+                                   dict(include_scale_frames=False, cross_frame_special=False),
+                                   dict()])
+def test_streaming_follows_spec_9_with_any_cache_flags(model, frames, flags):
+    """The session against spec 9 written out with lists, on the configuration of the issue
+    (anchors 3, window 4, phase 1 of 3): without anchors frames 7, 11 and 15 each keep one
+    frame's specials and drop three frames; outputs from frame 11 on depend on that."""
+    settings = small(num_scale_frames=3, scale_frames=3, sliding_window=4, **flags)
+    streamed = run(StreamingSession(model, settings), frames)
+    attend = SpecNineAttention(3, 4, model.config.num_special_tokens,
+                               settings.include_scale_frames, settings.cross_frame_special, settings.camera_only)
+    camera = model.camera_head.new_cache(2, "cpu")
+    poses, depths = [], []
+    with torch.no_grad():
+        for start, stop in [(0, 3)] + [(i, i + 1) for i in range(3, len(frames))]:
+            outs = model.aggregator(frames[start:stop], first_frame=start == 0, scale_slot=int(start > 0),
+                                    time_index=torch.arange(start, stop, dtype=torch.float64),
+                                    global_attend=attend)
+            camera.begin_step(stop - start, store=True)
+            poses.append(model.camera_head(outs[-1][:, 0], camera, 2)[-1])
+            depths.append(model.depth_head(outs, H, W)[0][..., 0])
+    torch.testing.assert_close(torch.stack([r.pose_enc for r in streamed]), torch.cat(poses), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.stack([r.depth for r in streamed]), torch.cat(depths), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -229,11 +283,12 @@ def test_bad_frames_are_refused(model, frames):
     assert session.step(torch.rand(3, 42, 42)) == []
 
 
-def test_deferral_never_changes_outputs_even_past_its_budget(model, frames):
+@pytest.mark.parametrize("anchors", [True, False])
+def test_deferral_never_changes_outputs_even_past_its_budget(model, frames, anchors):
     # Window 3 + 2 anchors: 11 evictions in 16 frames, more than the cache's deferral budget (8),
-    # so the session has to flush on its own.
-    deferred = run(StreamingSession(model, small(defer_evictions=True)), frames)
-    assert_same(deferred, run(StreamingSession(model, small()), frames), atol=0)
+    # so the session has to flush on its own. Without anchors: 4 steps that each leave 3 frames.
+    deferred = run(StreamingSession(model, small(defer_evictions=True, include_scale_frames=anchors)), frames)
+    assert_same(deferred, run(StreamingSession(model, small(include_scale_frames=anchors)), frames), atol=0)
 
 
 @pytest.mark.parametrize("defer", [False, True])

@@ -6,6 +6,7 @@ head's caches, the 3D-RoPE time index and the frame counters. The model itself s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Optional
 
@@ -167,11 +168,14 @@ class StreamingSession:
                 special_tokens=cfg.num_special_tokens, scale_frames=s.scale_frames,
                 sliding_window=s.sliding_window, cross_frame_special=s.cross_frame_special,
                 include_scale_frames=s.include_scale_frames, camera_only=s.camera_only,
-                max_special_tokens=s.max_special_tokens,
-                # Pages for deferred evictions only when this session defers: otherwise they
-                # would never hold a frame (8 pages = 0.79 GB for the released model at 518x378).
-                deferred_capacity=CacheSpec.deferred_capacity if s.defer_evictions else 0,
+                max_special_tokens=s.max_special_tokens, deferred_capacity=0,
                 dtype=self.compute_dtype, device=self.device)
+            if s.defer_evictions:
+                # Pages for deferred evictions only when this session defers: otherwise they
+                # would never hold a frame (8 pages = 0.79 GB for the released model at
+                # 518x378). At least one step's worth (A + 1 frames without anchors).
+                spec = dataclasses.replace(spec, deferred_capacity=max(
+                    CacheSpec.deferred_capacity, spec.frames_per_eviction))
             self._cache = PagedKVCache(spec, backend=s.attention_backend)
             self._cache.defer_evictions = s.defer_evictions
             self._graph = (FrameGraph(self._embed, self._forward, (1, 3, H, W), self.device)
