@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from lingbot_ros.cache import CacheSpec, NothingToRollback
 from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.camera_cache import CameraKVCache
-from lingbot_ros.model.layers import dense_attend
+from lingbot_ros.model.layers import EAGER_KERNELS, Block, BlockKernels, dense_attend
 from lingbot_ros.stream import FrameError, SettingsError, StreamingSession, StreamSettings
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -325,3 +325,28 @@ def test_embedding_is_launched_before_the_caches_bookkeeping(model, frames):
         del model.aggregator.embed
     assert len(results) == 4
     assert order == ["embed", "cache", "camera"] * 3
+
+
+def test_single_frame_steps_run_the_sessions_block_kernels(model, frames):
+    """The session picks its single-frame block kernels once (compiled on CUDA, eager here) and
+    enters them around the aggregator's work of single-frame calls only: phase 1's batch and the
+    camera head run the eager kernels."""
+    calls = []
+
+    def recording_inputs(block, *args):
+        calls.append(block)
+        return Block.attention_inputs(block, *args)
+
+    session = StreamingSession(model, small())
+    assert session._frame_kernels is EAGER_KERNELS
+    session._frame_kernels = BlockKernels(recording_inputs, Block.attention_output)
+    results = run(session, frames[:2])          # phase 1
+    assert calls == []
+    results += run(session, frames[2:4])        # two single-frame steps
+    agg = model.aggregator
+    per_frame = list(agg.patch_embed.blocks) + [b for pair in zip(agg.frame_blocks, agg.global_blocks)
+                                                for b in pair]
+    assert calls == per_frame * 2
+    assert_same(results, run(StreamingSession(model, small()), frames[:4]), atol=0)
+    agg.frame_blocks[0](torch.zeros(1, 12, model.config.embed_dim))   # outside a session call
+    assert len(calls) == 2 * len(per_frame)

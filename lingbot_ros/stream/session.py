@@ -14,6 +14,7 @@ import torch
 
 from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention
 from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
+from ..model.layers import EAGER_KERNELS, BlockKernels, block_kernels, fused_halves
 from ..model.lingbot_map import LingBotMap
 from .frame_graph import FrameGraph
 from .results import FrameResult
@@ -44,8 +45,10 @@ class StreamingSession:
                 f"(store_matmul_weights) but this session computes in {self.compute_dtype}; "
                 "use that dtype or a model kept in float32")
         use_graphs = self.settings.cuda_graphs and self.device.type == "cuda"
-        # Compiled kernels for CUDA only: on the CPU the eager blocks are the reference path.
-        self._fused = self.settings.fused_blocks and self.device.type == "cuda"
+        # The block kernels of single-frame steps, chosen once: compiled (fused) for CUDA only;
+        # on the CPU the eager blocks are the reference path.
+        self._frame_kernels: BlockKernels = (
+            fused_halves() if self.settings.fused_blocks and self.device.type == "cuda" else EAGER_KERNELS)
         self._camera = model.camera_head.new_cache(
             self.settings.camera_num_iterations, self.device,
             capacity=GRAPH_CAMERA_CAPACITY if use_graphs else 64, static=use_graphs)
@@ -210,6 +213,11 @@ class StreamingSession:
         # No cast cache: casts made while a CUDA graph is captured must live in the graph's pool.
         return torch.autocast(self.device.type, dtype=self.compute_dtype, cache_enabled=False)
 
+    def _kernels(self, num_frames: int):
+        """The block kernels of a call: the session's choice for single-frame steps; phase 1's
+        multi-frame batch runs eagerly (once per stream: not worth compiling another shape)."""
+        return block_kernels(self._frame_kernels if num_frames == 1 else EAGER_KERNELS)
+
     @torch.no_grad()
     def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
         F, _, H, W = images.shape
@@ -249,9 +257,8 @@ class StreamingSession:
     def _embed(self, images: torch.Tensor) -> torch.Tensor:
         """The device work of one call that reads no cache: images [F, 3, H, W] -> patch tokens
         [F, N, C]. No host sync, no host state change (a CUDA graph captures it)."""
-        with self._autocast():
-            # Phase 1's multi-frame batch runs once per stream: not worth a compiled variant.
-            return self.model.aggregator.embed(images, fused=self._fused and images.shape[0] == 1)
+        with self._autocast(), self._kernels(images.shape[0]):
+            return self.model.aggregator.embed(images)
 
     def _forward(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
                  scale_slot: int = 1) -> tuple[torch.Tensor, ...]:
@@ -261,10 +268,10 @@ class StreamingSession:
         [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3])."""
         H, W = self._image_hw
         m = self.model
-        with self._autocast():
+        with self._autocast(), self._kernels(patches.shape[0]):
             outputs = m.aggregator.forward_patches(
                 patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
-                global_attend=self._attend_global, fused=self._fused and patches.shape[0] == 1)
+                global_attend=self._attend_global)
         outputs = [o.float() for o in outputs]                                   # heads run in fp32
         poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
         depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
