@@ -310,9 +310,29 @@ def test_special_stream_growth_keeps_contents():
     assert cache.stats().special_pages == 2
     for layer in range(2):
         assert torch.equal(cache.layer_pool(layer)[first, :, :4], before[layer][:, :4])
-    cache.reset()                            # back to the first chunk
-    assert cache.stats().special_pages == 1
-    assert cache.layer_pool(0).shape[0] == cache.spec.base_pages
+
+
+def test_reset_keeps_every_buffer_and_a_rerun_grows_nothing():
+    cache = PagedKVCache(tiny_spec(), backend="torch")   # 1 special page of 5 tokens
+    for seed in range(7):                    # frames 3-6 evict frames 1-4: 8 tokens, 2 pages
+        run_step(cache, seed=seed)
+    before = cache.stats()
+    version, shapes = cache.buffers_version, [cache.layer_pool(i).shape for i in range(2)]
+    assert before.special_pages == 2 and version[0] == 1   # the pools grew once
+    cache.reset()                            # empty, nothing reallocated, nothing grown
+    after = cache.stats()
+    assert (after.frames_stored, after.special_tokens, after.pending_pages) == (0, 0, 0)
+    assert after.free_pages == cache.spec.frame_pages
+    assert after.special_pages == 2 and after.bytes_allocated == before.bytes_allocated
+    assert cache.buffers_version == version
+    assert all(not cache.layer_pool(i).any() for i in range(2))   # zeroed, as a fresh cache
+    fresh = PagedKVCache(tiny_spec(), backend="torch")
+    for seed in range(7):                    # the same stream again: same outputs, no growth
+        for got, expected in zip(run_step(cache, seed=seed), run_step(fresh, seed=seed)):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert cache.buffers_version == version
+    assert [cache.layer_pool(i).shape for i in range(2)] == shapes
+    assert fresh.buffers_version[0] == 1     # the fresh cache had to grow
 
 
 def test_cap_refuses_before_any_change():

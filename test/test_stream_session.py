@@ -111,6 +111,25 @@ def test_reset_equals_a_fresh_session(model, frames):
                 atol=0)
 
 
+def test_a_new_window_after_reset_reuses_every_buffer(model):
+    """What a windowed mapper needs: reset() keeps the KV pools (with the special pages they grew
+    to) and the camera cache's capacity, so a stream of the same size and length grows nothing
+    (buffers_version and the camera generation unchanged: captured CUDA graphs stay valid), and
+    its outputs equal a fresh session's."""
+    long = torch.rand(70, 3, H, W, generator=torch.Generator().manual_seed(7))
+    session = StreamingSession(model, small())
+    run(session, long)                          # the special stream grows, the camera cache doubles
+    kv, camera = session._global_cache(), session._camera
+    before = (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes())
+    assert kv.buffers_version[0] > 0 and camera.generation == 1 and camera.capacity == 128
+    session.reset()
+    assert session._global_cache() is kv
+    assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
+    again = run(session, long)
+    assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
+    assert_same(again, run(StreamingSession(model, small()), long), atol=0)
+
+
 def test_short_stream_closes_phase1(model, frames):
     session = StreamingSession(model, small(num_scale_frames=4, sliding_window=4))
     assert run(session, frames[:2]) == []
@@ -226,6 +245,22 @@ def test_camera_cache_grows_and_rolls_back(static):
     out = cache.attend(1, q, k, v)
     torch.testing.assert_close(out, dense_attend(q, torch.cat(ks[:4] + [k], 1), torch.cat(vs[:4] + [v], 1)))
     assert cache.length == 5
+
+
+def test_camera_cache_reset_keeps_its_capacity():
+    cache = CameraKVCache(num_caches=2, num_heads=2, head_dim=4, device="cpu", capacity=2, static=True)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):                          # 3 frames: 2 -> 4 rows
+        q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
+        cache.begin_step(1, store=True)
+        cache.attend(0, q, k, v)
+    cache.k[1].fill_(float("nan"))              # whatever the last stream left behind
+    cache.reset()
+    assert (cache.length, cache.capacity, cache.generation) == (0, 4, 1)
+    assert not cache.k.any() and not cache.v.any()
+    q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
+    cache.begin_step(1, store=True)             # the masked rows take part in the attention
+    torch.testing.assert_close(cache.attend(1, q, k, v), dense_attend(q, k, v))
 
 
 def test_bfloat16_runs_close_to_float32(model, frames):

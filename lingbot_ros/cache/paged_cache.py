@@ -179,16 +179,17 @@ class PagedKVCache:
         return len(pages)
 
     def reset(self) -> None:
-        """Back to empty. Pools keep their base size; special pages past the first chunk go."""
+        """Back to empty, keeping every buffer: the pools (with all the special pages the stream
+        grew to), the index buffers and the backend's. So `buffers_version` stays the same (a
+        CUDA graph captured before stays valid) and a new stream allocates nothing until its
+        special stream outgrows every earlier one; a reset never allocates. The pools are zeroed
+        in place (one memset), so the new stream reads exactly what a fresh cache's would, even
+        after NaN."""
         self._patch.reset()
         self._pool.reset()
         self._special.num_tokens = 0
-        if self._special.num_pages != self.spec.special_chunk_pages:
-            self._special.num_pages = self.spec.special_chunk_pages
-            for layer in range(self.spec.num_layers):
-                self._pools[layer] = None   # free before allocating: peak stays one layer
-                self._pools[layer] = self._new_pool(self.spec.base_pages)
-            self._pools_version += 1
+        for pool in self._pools:
+            pool.zero_()
         self._step = None
 
     def stats(self) -> CacheStats:

@@ -111,7 +111,14 @@ class StreamingSession:
             self._cache.flush()
 
     def reset(self) -> None:
-        """Start a new stream: empty caches, time index 0, next frame is the first of phase 1."""
+        """Start a new stream: empty caches, time index 0, next frame is the first of phase 1.
+
+        Cheap and bounded: every buffer stays (KV pools with their special pages, the camera
+        cache's capacity, the captured CUDA graphs), nothing is allocated. A new stream of the
+        same image size replays the same graphs and grows a buffer only where it outgrows every
+        earlier stream; another image size builds a new global cache (and graph) at its first
+        frame. Outputs equal a fresh session's.
+        """
         if self._cache is not None:
             self._cache.reset()
         self._camera.reset()
