@@ -122,9 +122,14 @@ def test_a_new_window_after_reset_reuses_every_buffer(model):
     kv, camera = session._global_cache(), session._camera
     before = (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes())
     assert kv.buffers_version[0] > 0 and camera.generation == 1 and camera.capacity == 128
+    stats = session.stats()
+    # K and V x 8 caches (2 iterations x 4 trunk blocks) x 70 rows x 16 heads x 16 dims x 4 bytes.
+    assert stats["camera_cache_bytes_in_use"] == 2 * 8 * 70 * 16 * 16 * 4
     session.reset()
     assert session._global_cache() is kv
     assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
+    stats = session.stats()                     # what the new stream holds: nothing yet
+    assert stats["kv_cache"].bytes_in_use == 0 and stats["camera_cache_bytes_in_use"] == 0
     again = run(session, long)
     assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
     assert_same(again, run(StreamingSession(model, small()), long), atol=0)

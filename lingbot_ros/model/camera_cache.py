@@ -86,7 +86,12 @@ class CameraKVCache:
         self.v.zero_()
 
     def nbytes(self) -> int:
+        """Bytes allocated (K and V, all caches, the whole capacity)."""
         return 2 * self.k.numel() * self.k.element_size()
+
+    def nbytes_in_use(self) -> int:
+        """Bytes of the stored frames' rows: what a stream holds (0 after reset)."""
+        return self.nbytes() * self.length // self.capacity
 
     def _grow(self, needed: int) -> None:
         capacity = self.capacity

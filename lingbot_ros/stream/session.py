@@ -136,6 +136,7 @@ class StreamingSession:
             "frames_buffered": len(self._buffer),
             "camera_cache_frames": self._camera.length,
             "camera_cache_bytes": self._camera.nbytes(),
+            "camera_cache_bytes_in_use": self._camera.nbytes_in_use(),
             "kv_cache": self._cache.stats() if self._cache is not None else None,
             "graph_captures": self._graph.captures if self._graph is not None else 0,
             "graph_capture_seconds": self._graph.capture_seconds if self._graph is not None else 0.0,
