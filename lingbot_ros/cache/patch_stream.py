@@ -69,7 +69,7 @@ class PatchStream:
         self.include_scale_frames = include_scale_frames
         self.anchors: deque[Frame] = deque()  # the first A frames, only with include_scale_frames
         self.window: deque[Frame] = deque()  # the other stored frames, oldest first
-        self.pending: list[int] = []        # left pages not yet freed, in eviction order
+        self.pending: list[int] = []        # pages of frames that left, not yet freed, in order
         self._undo: list[PendingEvictions] = []  # one entry per deferred step that evicted
         self.next_seq = 0                   # seq the next appended frame gets
 
