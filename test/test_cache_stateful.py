@@ -29,7 +29,7 @@ class DenseReference:
         self.frames = []                        # retained frames, oldest first
         self.special_k = [[] for _ in range(spec.num_layers)]  # per layer: list of [H, D]
         self.special_v = [[] for _ in range(spec.num_layers)]
-        self.records = []                       # deferred steps: (newest seq, evicted, tokens)
+        self.records = []                       # deferred steps: (newest seq, left frames, tokens)
         self.next_seq = 0
 
     @property
@@ -40,28 +40,31 @@ class DenseReference:
     def special_count(self):
         return len(self.special_k[0])
 
-    def _kept(self, frame):
+    def _kept(self):
+        """Special tokens each evicted frame leaves."""
         s = self.spec
         if not s.cross_frame_special:
             return 0
-        if frame.seq < s.scale_frames and not s.include_scale_frames:
-            return 0
         return 1 if s.camera_only else s.special_tokens
 
-    def _victims(self, num_new):
+    def _leaving(self, num_new):
+        """(dropped, evicted) frames of appending num_new: once more than A + Wn would be
+        retained, positions [A, len - Wn) are evicted (they leave their specials) and, without
+        anchors, positions [0, A) are dropped (they leave nothing), at every eviction."""
         s = self.spec
         total = len(self.frames) + num_new
         if total <= s.scale_frames + s.sliding_window:
-            return []
-        start = s.scale_frames if s.include_scale_frames else 0
-        return self.frames[start:total - s.sliding_window]
+            return [], []
+        evicted = self.frames[s.scale_frames:total - s.sliding_window]
+        dropped = [] if s.include_scale_frames else self.frames[:s.scale_frames]
+        return dropped, evicted
 
     def expected_error(self, num_new, defer):
-        victims = self._victims(num_new)
+        dropped, evicted = self._leaving(num_new)
         cap = self.spec.max_special_tokens
-        if cap is not None and self.special_count + sum(map(self._kept, victims)) > cap:
+        if cap is not None and self.special_count + self._kept() * len(evicted) > cap:
             return SpecialStreamFull
-        if defer and self.pending + len(victims) > self.spec.deferred_capacity:
+        if defer and self.pending + len(dropped) + len(evicted) > self.spec.deferred_capacity:
             return CacheExhausted
         used = len(self.frames) + (self.pending if defer else 0)
         if used + num_new > self.spec.frame_pages:
@@ -75,21 +78,20 @@ class DenseReference:
         if not defer:
             self.records.clear()      # a non-deferred step executes earlier pending evictions
         num_new = ks[0].shape[0] // per
-        victims = self._victims(num_new)   # existing frames only (F <= Wn when evicting)
+        dropped, evicted = self._leaving(num_new)   # existing frames only (F <= Wn when evicting)
         for i in range(num_new):
             self.frames.append(RefFrame(self.next_seq, [k[i * per:(i + 1) * per] for k in ks],
                                         [v[i * per:(i + 1) * per] for v in vs]))
             self.next_seq += 1
-        tokens = 0
-        for frame in victims:
+        n = self._kept()
+        for frame in dropped + evicted:
             self.frames.remove(frame)
-            n = self._kept(frame)
-            tokens += n
+        for frame in evicted:
             for layer in range(s.num_layers):
                 self.special_k[layer].extend(frame.k[layer][:n])
                 self.special_v[layer].extend(frame.v[layer][:n])
-        if defer and victims:
-            self.records.append((self.next_seq - 1, victims, tokens))
+        if defer and (dropped or evicted):
+            self.records.append((self.next_seq - 1, dropped + evicted, n * len(evicted)))
 
     def rollback(self):
         frame = self.frames.pop()
@@ -121,7 +123,7 @@ def snapshot(cache):
 class CacheMachine(RuleBasedStateMachine):
     @initialize(layers=st.integers(1, 2), heads=st.integers(1, 2), head_dim=st.sampled_from([4, 8]),
                 per_frame=st.integers(4, 7), specials=st.integers(1, 3),
-                anchors=st.integers(0, 3), window=st.integers(1, 4), deferred=st.integers(0, 2),
+                anchors=st.integers(0, 3), window=st.integers(1, 4), deferred=st.integers(0, 4),
                 chunk=st.integers(1, 2), cap=st.none() | st.integers(0, 24),
                 flags=st.tuples(st.booleans(), st.booleans(), st.booleans()), defer=st.booleans())
     def setup(self, layers, heads, head_dim, per_frame, specials, anchors, window, deferred,
@@ -240,9 +242,12 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule()
     def reset(self):
+        """Empty, every buffer kept: the special pages the stream grew to stay allocated."""
+        pages, version = self.cache.stats().special_pages, self.cache.buffers_version
         self.cache.reset()
         self.ref = DenseReference(self.spec)
-        assert self.cache.stats().special_pages == self.spec.special_chunk_pages
+        assert self.cache.stats().special_pages == pages
+        assert self.cache.buffers_version == version
 
     @rule(seed=st.integers(0, 2**31))
     def deferred_append_then_rollback(self, seed):

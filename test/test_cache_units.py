@@ -86,11 +86,11 @@ def window_seqs(stream):
 
 
 def step(stream, defer=False):
-    """Append one frame (page = its seq) and evict; returns the evicted seqs."""
-    victims = stream.victims(1)
+    """Append one frame (page = its seq) and evict; returns the seqs that left, oldest first."""
+    eviction = stream.eviction_for(1)
     stream.append([stream.next_seq])
-    stream.evict(victims, 0, defer)
-    return [f.seq for f in victims]
+    stream.evict(eviction, 0, defer)
+    return [f.seq for f in eviction.frames]
 
 
 def test_window_eviction_keeps_anchors_and_newest():
@@ -98,20 +98,26 @@ def test_window_eviction_keeps_anchors_and_newest():
     for _ in range(5):                       # frames 0..4: 5 <= A + Wn, nobody leaves
         assert step(stream) == []
     assert window_seqs(stream) == ([0, 1], [2, 3, 4])
+    assert stream.eviction_for(1).dropped == ()
     assert step(stream) == [2]               # frame 5: frame 2 leaves (oldest non-anchor)
     assert step(stream) == [3]               # frame 6: frame 3 leaves
     assert window_seqs(stream) == ([0, 1], [4, 5, 6])
 
 
-def test_window_without_anchors_drops_them_at_the_first_eviction():
+def test_without_anchors_every_eviction_drops_the_oldest_scale_frames():
     stream = PatchStream(scale_frames=2, sliding_window=2, include_scale_frames=False)
-    for _ in range(4):                       # frames 0..3 stored, 0 and 1 are anchors
+    for _ in range(4):                       # frames 0..3 stored: A + Wn, no anchors
         assert step(stream) == []
-    assert step(stream) == [0, 1, 2]         # frame 4: positions [0, 5 - 2) leave
+    assert window_seqs(stream) == ([], [0, 1, 2, 3])
+    eviction = stream.eviction_for(1)        # frame 4: positions [0, 2) dropped, [2, 3) evicted
+    assert [f.seq for f in eviction.dropped] == [0, 1] and [f.seq for f in eviction.evicted] == [2]
+    assert step(stream) == [0, 1, 2]
     assert window_seqs(stream) == ([], [3, 4])
     assert step(stream) == []                # frame 5: 3 stored <= A + Wn, nobody leaves
     assert step(stream) == []                # frame 6: 4 stored
-    assert step(stream) == [3, 4, 5]         # frame 7: threshold passed again
+    eviction = stream.eviction_for(1)        # frame 7: the same split again
+    assert [f.seq for f in eviction.dropped] == [3, 4] and [f.seq for f in eviction.evicted] == [5]
+    assert step(stream) == [3, 4, 5]
     assert window_seqs(stream) == ([], [6, 7])
 
 
@@ -133,8 +139,8 @@ def test_appending_frames_that_would_evict_each_other_is_refused():
     stream = PatchStream(scale_frames=1, sliding_window=2, include_scale_frames=True)
     step(stream)
     with pytest.raises(ValueError, match="append at most sliding_window=2"):
-        stream.victims(3)                    # 4 > A + Wn and the 3 new frames > Wn
-    assert stream.victims(2) == []           # 3 frames: no eviction
+        stream.eviction_for(3)               # 4 > A + Wn and the 3 new frames > Wn
+    assert stream.eviction_for(2).frames == ()   # 3 frames: no eviction
 
 
 # ---- SpecialStream --------------------------------------------------------------------------
@@ -193,11 +199,105 @@ def test_specials_left_by_each_evicted_frame(flags, per_frame):
     assert cache.stats().special_tokens == 3 * per_frame
 
 
-def test_anchors_dropped_without_anchoring_leave_no_specials():
-    cache = PagedKVCache(tiny_spec(include_scale_frames=False), backend="torch")
-    for seed in range(4):                    # frame 3: positions [0, 2) = frames 0 (anchor), 1
-        run_step(cache, seed=seed)
-    assert cache.stats().special_tokens == 2 and cache.num_stored_frames == 2
+class NoAnchorStream:
+    """Drives a cache frame by frame, remembering each frame's page and layer-0 keys."""
+
+    def __init__(self, spec):
+        self.cache = PagedKVCache(spec, backend="torch")
+        self.page_of, self.keys = {}, {}
+        self.next_frame = 0
+
+    def store(self, count=1):
+        s, cache = self.cache.spec, self.cache
+        g = torch.Generator().manual_seed(self.next_frame)
+        shape = (count * s.tokens_per_frame, s.num_heads, s.head_dim)
+        cache.begin_step(count)
+        frames = range(self.next_frame, self.next_frame + count)
+        self.page_of.update(zip(frames, cache.step_table.write_pages.tolist()))
+        for layer in range(s.num_layers):
+            q, k, v = (torch.randn(shape, generator=g, dtype=s.dtype) for _ in range(3))
+            cache.attend(layer, q, k, v)
+            if layer == 0:
+                self.keys.update(zip(frames, k.view(count, s.tokens_per_frame, s.num_heads, s.head_dim)))
+        self.next_frame += count
+
+    def check(self, retained, specials_of, pending=()):
+        """retained: frames kept whole, oldest first; specials_of: frames whose specials are in
+        the special stream, in eviction order; pending: left frames whose pages wait for flush."""
+        s, cache = self.cache.spec, self.cache
+        census, stats = cache.page_census(), cache.stats()
+        assert census["anchor"] == []                       # no anchors without include_scale_frames
+        assert census["window"] == [self.page_of[f] for f in retained]
+        assert census["pending"] == [self.page_of[f] for f in pending]
+        # Every page not retained or pending is back in the pool.
+        assert stats.free_pages == s.frame_pages - len(retained) - len(pending)
+        per_frame = s.specials_per_evicted_frame
+        assert stats.special_tokens == per_frame * len(specials_of)
+        if per_frame and specials_of:
+            rows = cache.layer_pool(0)[s.patch_pages:, 0].reshape(-1, s.num_heads, s.head_dim)
+            expected = torch.cat([self.keys[f][:per_frame] for f in specials_of])
+            assert torch.equal(rows[:stats.special_tokens], expected)
+
+
+@pytest.mark.parametrize("flags", [dict(), dict(camera_only=True), dict(cross_frame_special=False)])
+def test_no_anchors_worked_example_of_spec_9(flags):
+    """include_scale_frames=False, A = 3, Wn = 4, phase 1 of 3 frames: every eviction keeps the
+    specials of the frame at position A and drops the A frames before it, so the retained
+    frames oscillate between Wn and A + Wn. (2 specials per frame, 1 with camera_only, none
+    without cross_frame_special.)"""
+    run = NoAnchorStream(tiny_spec(scale_frames=3, sliding_window=4, include_scale_frames=False,
+                                   deferred_capacity=0, **flags))
+    run.store(3)                             # phase 1: frames 0-2
+    run.check(retained=[0, 1, 2], specials_of=[])
+    for frame in range(3, 7):                # frames 3-6: up to A + Wn = 7 retained, nobody leaves
+        run.store()
+        run.check(retained=list(range(frame + 1)), specials_of=[])
+    run.store()                              # frame 7: 8 > 7; frame 3 evicted, 0-2 dropped
+    run.check(retained=[4, 5, 6, 7], specials_of=[3])
+    for frame in range(8, 11):               # frames 8-10: appended, nobody leaves
+        run.store()
+        run.check(retained=list(range(4, frame + 1)), specials_of=[3])
+    run.store()                              # frame 11: frame 7 evicted, 4-6 dropped
+    run.check(retained=[8, 9, 10, 11], specials_of=[3, 7])
+    for frame in range(12, 15):              # frames 12-14: appended, nobody leaves
+        run.store()
+    run.check(retained=[8, 9, 10, 11, 12, 13, 14], specials_of=[3, 7])
+    run.store()                              # frame 15: frame 11 evicted, 8-10 dropped
+    run.check(retained=[12, 13, 14, 15], specials_of=[3, 7, 11])
+
+
+def test_no_anchors_deferred_eviction_rolls_back_exactly():
+    """The same stream with deferral: frame 11 leaves frames 4-7 pending (7's specials are in
+    the stream at once); its rollback brings back all four and takes 7's specials off."""
+    run = NoAnchorStream(tiny_spec(scale_frames=3, sliding_window=4, include_scale_frames=False,
+                                   deferred_capacity=4))
+    run.store(3)                             # frames 0-2
+    for _ in range(8):                       # frames 3-10 (frame 7: 3 evicted, 0-2 dropped)
+        run.store()
+    run.cache.defer_evictions = True
+    run.store()                              # frame 11: 7 evicted, 4-6 dropped, all pending
+    run.check(retained=[8, 9, 10, 11], specials_of=[3, 7], pending=[4, 5, 6, 7])
+    run.cache.rollback_last_frame()          # frame 11 gone; 4-7 back, 7's specials gone
+    run.check(retained=[4, 5, 6, 7, 8, 9, 10], specials_of=[3])
+    run.next_frame = 11
+    run.store()                              # frame 11 again
+    run.check(retained=[8, 9, 10, 11], specials_of=[3, 7], pending=[4, 5, 6, 7])
+    assert run.cache.flush() == 4            # executed: the four pages are free now
+    run.check(retained=[8, 9, 10, 11], specials_of=[3, 7])
+
+
+def test_no_anchors_deferral_budget_below_one_eviction_is_refused():
+    spec = tiny_spec(scale_frames=3, sliding_window=4, include_scale_frames=False, deferred_capacity=3)
+    assert spec.frames_per_eviction == 4     # one evicted + A dropped
+    run = NoAnchorStream(spec)
+    run.store(3)
+    for _ in range(4):                       # frames 3-6: A + Wn retained
+        run.store()
+    run.cache.defer_evictions = True
+    before = run.cache.stats()
+    with pytest.raises(CacheExhausted, match="evicts 4 more, over deferred_capacity=3"):
+        run.cache.begin_step(1)              # frame 7 would leave 4 frames pending
+    assert run.cache.stats() == before
 
 
 def test_special_stream_growth_keeps_contents():
@@ -210,9 +310,29 @@ def test_special_stream_growth_keeps_contents():
     assert cache.stats().special_pages == 2
     for layer in range(2):
         assert torch.equal(cache.layer_pool(layer)[first, :, :4], before[layer][:, :4])
-    cache.reset()                            # back to the first chunk
-    assert cache.stats().special_pages == 1
-    assert cache.layer_pool(0).shape[0] == cache.spec.base_pages
+
+
+def test_reset_keeps_every_buffer_and_a_rerun_grows_nothing():
+    cache = PagedKVCache(tiny_spec(), backend="torch")   # 1 special page of 5 tokens
+    for seed in range(7):                    # frames 3-6 evict frames 1-4: 8 tokens, 2 pages
+        run_step(cache, seed=seed)
+    before = cache.stats()
+    version, shapes = cache.buffers_version, [cache.layer_pool(i).shape for i in range(2)]
+    assert before.special_pages == 2 and version[0] == 1   # the pools grew once
+    cache.reset()                            # empty, nothing reallocated, nothing grown
+    after = cache.stats()
+    assert (after.frames_stored, after.special_tokens, after.pending_pages) == (0, 0, 0)
+    assert after.free_pages == cache.spec.frame_pages
+    assert after.special_pages == 2 and after.bytes_allocated == before.bytes_allocated
+    assert cache.buffers_version == version
+    assert all(not cache.layer_pool(i).any() for i in range(2))   # zeroed, as a fresh cache
+    fresh = PagedKVCache(tiny_spec(), backend="torch")
+    for seed in range(7):                    # the same stream again: same outputs, no growth
+        for got, expected in zip(run_step(cache, seed=seed), run_step(fresh, seed=seed)):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert cache.buffers_version == version
+    assert [cache.layer_pool(i).shape for i in range(2)] == shapes
+    assert fresh.buffers_version[0] == 1     # the fresh cache had to grow
 
 
 def test_cap_refuses_before_any_change():

@@ -2,7 +2,8 @@
 
 The graph must survive everything the node does between frames: keyframes and non-keyframes,
 deferred eviction with rollback and flush, the special stream's growth and the camera cache's
-doubling (both reallocate buffers the graph reads, so it is captured again), and reset.
+doubling (both reallocate buffers the graph reads, so it is captured again), and reset (which
+keeps every buffer, so a new window replays the graphs it has).
 """
 import importlib.util
 
@@ -63,6 +64,32 @@ def test_graph_replay_matches_eager_through_growth_rollback_and_reset(monkeypatc
         assert (a.index, a.is_keyframe, a.time_index) == (b.index, b.is_keyframe, b.time_index)
         for key in ("pose_enc", "depth", "depth_conf", "world_points"):
             torch.testing.assert_close(getattr(a, key), getattr(b, key), atol=2e-3, rtol=2e-3,
+                                       msg=lambda m: f"frame {a.index} {key}: {m}")
+
+
+def test_a_new_window_after_reset_captures_nothing(monkeypatch):
+    """Windowed mapping resets the session every few hundred frames. reset() keeps every buffer
+    the graphs read (KV pools with their special pages, index buffers, FlashInfer's graph
+    wrapper, the camera cache's capacity), so a second window of the same image size and length
+    replays the graphs captured in the first: no capture, same outputs."""
+    # 64 camera rows, so that the first window doubles the camera cache too.
+    monkeypatch.setattr("lingbot_ros.stream.session.GRAPH_CAMERA_CAPACITY", 64)
+    model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
+    frames = torch.rand(80, 3, H, W, generator=torch.Generator().manual_seed(6)).cuda()
+    session = StreamingSession(model, settings())
+    first = [r for f in frames for r in session.step(f)]
+    captures = session.stats()["graph_captures"]
+    # First capture, special-stream growth (26 tokens a page: every ~17 frames), 64 -> 128 rows.
+    assert captures >= 4 and session._camera.capacity == 128
+    buffers = (session._global_cache().buffers_version, session._camera.generation)
+    session.reset()
+    second = [r for f in frames for r in session.step(f)]
+    assert session.stats()["graph_captures"] == captures
+    assert (session._global_cache().buffers_version, session._camera.generation) == buffers
+    assert len(first) == len(second) == 80
+    for a, b in zip(first, second):
+        for key in ("pose_enc", "depth", "depth_conf", "world_points"):
+            torch.testing.assert_close(getattr(b, key), getattr(a, key), atol=2e-3, rtol=2e-3,
                                        msg=lambda m: f"frame {a.index} {key}: {m}")
 
 

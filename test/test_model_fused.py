@@ -1,7 +1,8 @@
 """layers.fused_halves: the blocks' compiled halves around attention == the eager block.
 
-The session uses them for single-frame CUDA steps; Inductor compiles the same graph for the CPU,
-so the equivalence (both RoPE kinds, no RoPE, mixed precision) is checked here without a GPU.
+The session enters them (`block_kernels`) around single-frame CUDA steps; Inductor compiles the
+same graph for the CPU, so the equivalence (both RoPE kinds, no RoPE, mixed precision) is
+checked here without a GPU.
 """
 import math
 import shutil
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from lingbot_ros.cache import PartialAttention
-from lingbot_ros.model.layers import Block, dense_attend
+from lingbot_ros.model.layers import Block, block_kernels, dense_attend, fused_halves
 from lingbot_ros.model.rope import Rope2D, Rope3D
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -28,6 +29,12 @@ def blocks(n, qk_norm=True, eps=1e-5):
     return out
 
 
+def fused(block, *args):
+    """The block with its halves compiled."""
+    with block_kernels(fused_halves()):
+        return block(*args)
+
+
 def test_fused_blocks_match_eager_for_both_ropes_and_across_blocks():
     h, w, special = 2, 3, 6
     x = torch.randn(1, special + h * w, 64)
@@ -36,14 +43,14 @@ def test_fused_blocks_match_eager_for_both_ropes_and_across_blocks():
                               for t in (0, 7, 1500)]
     for block in blocks(3):
         for rope in ropes:
-            torch.testing.assert_close(block(x, rope, fused=True), block(x, rope), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(fused(block, x, rope), block(x, rope), atol=1e-5, rtol=1e-5)
 
 
 def test_fused_dinov2_blocks_match_eager():
     """The patch embedding's DINOv2 blocks: no q/k norm, no RoPE, another LayerNorm eps."""
     x = torch.randn(1, 11, 64)
     for block in blocks(2, qk_norm=False, eps=1e-6):
-        torch.testing.assert_close(block(x, fused=True), block(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fused(block, x), block(x), atol=1e-5, rtol=1e-5)
 
 
 def test_fused_blocks_under_bf16_autocast_match_eager():
@@ -57,11 +64,11 @@ def test_fused_blocks_under_bf16_autocast_match_eager():
         return dense_attend(q, k, v)
 
     with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
-        fused, eager = block(x, rope, attend, fused=True), block(x, rope, attend)
+        compiled, eager = fused(block, x, rope, attend), block(x, rope, attend)
     # q and k reach attention in the matmul dtype, fused or not; the residual stream stays fp32.
     assert seen == [(torch.bfloat16,) * 3] * 2
-    assert fused.dtype == eager.dtype == torch.float32
-    torch.testing.assert_close(fused, eager, atol=2e-2, rtol=2e-2)
+    assert compiled.dtype == eager.dtype == torch.float32
+    torch.testing.assert_close(compiled, eager, atol=2e-2, rtol=2e-2)
 
 
 def split_attend(q, k, v, bounds=(0, 2, 2, 7, 12)):
@@ -83,4 +90,4 @@ def test_blocks_merge_split_attention_fused_and_eager():
     block = blocks(1)[0]
     expected = block(x, rope)
     torch.testing.assert_close(block(x, rope, split_attend), expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(block(x, rope, split_attend, fused=True), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused(block, x, rope, split_attend), expected, atol=1e-5, rtol=1e-5)

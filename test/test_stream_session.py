@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from lingbot_ros.cache import CacheSpec, NothingToRollback
 from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.camera_cache import CameraKVCache
-from lingbot_ros.model.layers import dense_attend
+from lingbot_ros.model.layers import EAGER_KERNELS, Block, BlockKernels, dense_attend
 from lingbot_ros.stream import FrameError, SettingsError, StreamingSession, StreamSettings
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -73,12 +73,13 @@ def test_non_keyframe_leaves_no_trace(model, frames):
         torch.testing.assert_close(x.depth, y.depth, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("defer, prefix", [(True, 8), (False, 3)])
-def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefix):
+@pytest.mark.parametrize("defer, prefix, anchors", [(True, 8, True), (False, 3, True), (True, 7, False)])
+def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefix, anchors):
     # With deferral on the rollback also undoes the evictions the frame caused (A + Wn = 5 frames
     # fit, so frames 5.. evict); without deferral it is exact while nothing has been evicted.
-    seen = StreamingSession(model, small(defer_evictions=defer))
-    fresh = StreamingSession(model, small(defer_evictions=defer))
+    # Without anchors, the second of the two rolled-back frames evicts one frame and drops two.
+    seen = StreamingSession(model, small(defer_evictions=defer, include_scale_frames=anchors))
+    fresh = StreamingSession(model, small(defer_evictions=defer, include_scale_frames=anchors))
     run(seen, frames[:prefix]), run(fresh, frames[:prefix])
     before = seen.stats()
     seen.step(frames[14])
@@ -108,6 +109,30 @@ def test_reset_equals_a_fresh_session(model, frames):
     used.reset()
     assert_same(run(used, frames[3:12]), run(StreamingSession(model, small(keyframe_interval=2)), frames[3:12]),
                 atol=0)
+
+
+def test_a_new_window_after_reset_reuses_every_buffer(model):
+    """What a windowed mapper needs: reset() keeps the KV pools (with the special pages they grew
+    to) and the camera cache's capacity, so a stream of the same size and length grows nothing
+    (buffers_version and the camera generation unchanged: captured CUDA graphs stay valid), and
+    its outputs equal a fresh session's."""
+    long = torch.rand(70, 3, H, W, generator=torch.Generator().manual_seed(7))
+    session = StreamingSession(model, small())
+    run(session, long)                          # the special stream grows, the camera cache doubles
+    kv, camera = session._global_cache(), session._camera
+    before = (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes())
+    assert kv.buffers_version[0] > 0 and camera.generation == 1 and camera.capacity == 128
+    stats = session.stats()
+    # K and V x 8 caches (2 iterations x 4 trunk blocks) x 70 rows x 16 heads x 16 dims x 4 bytes.
+    assert stats["camera_cache_bytes_in_use"] == 2 * 8 * 70 * 16 * 16 * 4
+    session.reset()
+    assert session._global_cache() is kv
+    assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
+    stats = session.stats()                     # what the new stream holds: nothing yet
+    assert stats["kv_cache"].bytes_in_use == 0 and stats["camera_cache_bytes_in_use"] == 0
+    again = run(session, long)
+    assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
+    assert_same(again, run(StreamingSession(model, small()), long), atol=0)
 
 
 def test_short_stream_closes_phase1(model, frames):
@@ -149,6 +174,59 @@ def test_streaming_equals_block_causal_batch(model, frames):
     torch.testing.assert_close(torch.stack([r.depth for r in streamed]), depth[..., 0], rtol=1e-4, atol=1e-5)
 
 
+class SpecNineAttention:
+    """The global attention of spec 9 with plain lists, one cache per layer: append the frames,
+    then (past A + Wn) evict positions [A, len - Wn) keeping their specials, keeping only the
+    last Wn frames without anchors, then attend densely to specials + retained frames."""
+
+    def __init__(self, anchors, window, specials, include_scale_frames, cross_frame_special, camera_only):
+        self.A, self.Wn, self.include = anchors, window, include_scale_frames
+        self.kept = 0 if not cross_frame_special else 1 if camera_only else specials
+        self.retained, self.special = {}, {}
+
+    def __call__(self, layer, q, k, v):                                   # [F, P, H, D]
+        frames = self.retained.setdefault(layer, [])
+        special = self.special.setdefault(layer, [])
+        frames += list(zip(k, v))
+        if len(frames) > self.A + self.Wn:
+            special += [(fk[:self.kept], fv[:self.kept]) for fk, fv in frames[self.A:len(frames) - self.Wn]]
+            if self.include:
+                del frames[self.A:len(frames) - self.Wn]
+            else:
+                del frames[:len(frames) - self.Wn]
+        keys = torch.cat([fk for fk, _ in special] + [fk for fk, _ in frames])
+        values = torch.cat([fv for _, fv in special] + [fv for _, fv in frames])
+        F_, P, H, D = q.shape
+        out = dense_attend(q.reshape(1, F_ * P, H, D), keys[None], values[None])
+        return out.view(F_, P, H, D)
+
+
+@pytest.mark.parametrize("flags", [dict(include_scale_frames=False),
+                                   dict(include_scale_frames=False, camera_only=True),
+                                   dict(include_scale_frames=False, cross_frame_special=False),
+                                   dict()])
+def test_streaming_follows_spec_9_with_any_cache_flags(model, frames, flags):
+    """The session against spec 9 written out with lists, on the configuration of the issue
+    (anchors 3, window 4, phase 1 of 3): without anchors frames 7, 11 and 15 each keep one
+    frame's specials and drop three frames; outputs from frame 11 on depend on that."""
+    settings = small(num_scale_frames=3, scale_frames=3, sliding_window=4, **flags)
+    streamed = run(StreamingSession(model, settings), frames)
+    attend = SpecNineAttention(3, 4, model.config.num_special_tokens,
+                               settings.include_scale_frames, settings.cross_frame_special, settings.camera_only)
+    camera = model.camera_head.new_cache(2, "cpu")
+    poses, depths = [], []
+    with torch.no_grad():
+        for start, stop in [(0, 3)] + [(i, i + 1) for i in range(3, len(frames))]:
+            outs = model.aggregator(frames[start:stop], first_frame=start == 0, scale_slot=int(start > 0),
+                                    time_index=torch.arange(start, stop, dtype=torch.float64),
+                                    global_attend=attend)
+            camera.begin_step(stop - start, store=True)
+            poses.append(model.camera_head(outs[-1][:, 0], camera, 2)[-1])
+            depths.append(model.depth_head(outs, H, W)[0][..., 0])
+    torch.testing.assert_close(torch.stack([r.pose_enc for r in streamed]), torch.cat(poses), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.stack([r.depth for r in streamed]), torch.cat(depths), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("static", [False, True])
 def test_camera_cache_grows_and_rolls_back(static):
     # static: single-frame calls write at a device row and mask the rows past the visible length
@@ -172,6 +250,22 @@ def test_camera_cache_grows_and_rolls_back(static):
     out = cache.attend(1, q, k, v)
     torch.testing.assert_close(out, dense_attend(q, torch.cat(ks[:4] + [k], 1), torch.cat(vs[:4] + [v], 1)))
     assert cache.length == 5
+
+
+def test_camera_cache_reset_keeps_its_capacity():
+    cache = CameraKVCache(num_caches=2, num_heads=2, head_dim=4, device="cpu", capacity=2, static=True)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):                          # 3 frames: 2 -> 4 rows
+        q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
+        cache.begin_step(1, store=True)
+        cache.attend(0, q, k, v)
+    cache.k[1].fill_(float("nan"))              # whatever the last stream left behind
+    cache.reset()
+    assert (cache.length, cache.capacity, cache.generation) == (0, 4, 1)
+    assert not cache.k.any() and not cache.v.any()
+    q, k, v = (torch.randn(1, 1, 2, 4, generator=gen) for _ in range(3))
+    cache.begin_step(1, store=True)             # the masked rows take part in the attention
+    torch.testing.assert_close(cache.attend(1, q, k, v), dense_attend(q, k, v))
 
 
 def test_bfloat16_runs_close_to_float32(model, frames):
@@ -229,11 +323,12 @@ def test_bad_frames_are_refused(model, frames):
     assert session.step(torch.rand(3, 42, 42)) == []
 
 
-def test_deferral_never_changes_outputs_even_past_its_budget(model, frames):
+@pytest.mark.parametrize("anchors", [True, False])
+def test_deferral_never_changes_outputs_even_past_its_budget(model, frames, anchors):
     # Window 3 + 2 anchors: 11 evictions in 16 frames, more than the cache's deferral budget (8),
-    # so the session has to flush on its own.
-    deferred = run(StreamingSession(model, small(defer_evictions=True)), frames)
-    assert_same(deferred, run(StreamingSession(model, small()), frames), atol=0)
+    # so the session has to flush on its own. Without anchors: 4 steps that each leave 3 frames.
+    deferred = run(StreamingSession(model, small(defer_evictions=True, include_scale_frames=anchors)), frames)
+    assert_same(deferred, run(StreamingSession(model, small(include_scale_frames=anchors)), frames), atol=0)
 
 
 @pytest.mark.parametrize("defer", [False, True])
@@ -270,3 +365,28 @@ def test_embedding_is_launched_before_the_caches_bookkeeping(model, frames):
         del model.aggregator.embed
     assert len(results) == 4
     assert order == ["embed", "cache", "camera"] * 3
+
+
+def test_single_frame_steps_run_the_sessions_block_kernels(model, frames):
+    """The session picks its single-frame block kernels once (compiled on CUDA, eager here) and
+    enters them around the aggregator's work of single-frame calls only: phase 1's batch and the
+    camera head run the eager kernels."""
+    calls = []
+
+    def recording_inputs(block, *args):
+        calls.append(block)
+        return Block.attention_inputs(block, *args)
+
+    session = StreamingSession(model, small())
+    assert session._frame_kernels is EAGER_KERNELS
+    session._frame_kernels = BlockKernels(recording_inputs, Block.attention_output)
+    results = run(session, frames[:2])          # phase 1
+    assert calls == []
+    results += run(session, frames[2:4])        # two single-frame steps
+    agg = model.aggregator
+    per_frame = list(agg.patch_embed.blocks) + [b for pair in zip(agg.frame_blocks, agg.global_blocks)
+                                                for b in pair]
+    assert calls == per_frame * 2
+    assert_same(results, run(StreamingSession(model, small()), frames[:4]), atol=0)
+    agg.frame_blocks[0](torch.zeros(1, 12, model.config.embed_dim))   # outside a session call
+    assert len(calls) == 2 * len(per_frame)

@@ -27,7 +27,7 @@ from .attention_torch import TorchAttention
 from .errors import CacheError, CacheExhausted, NothingToRollback
 from .page_pool import PagePool
 from .partials import PartialAttention
-from .patch_stream import Frame, PatchStream
+from .patch_stream import PatchStream
 from .spec import CacheSpec
 from .special_stream import SpecialStream
 from .step_table import IndexUploader, StepTable
@@ -179,16 +179,17 @@ class PagedKVCache:
         return len(pages)
 
     def reset(self) -> None:
-        """Back to empty. Pools keep their base size; special pages past the first chunk go."""
+        """Back to empty, keeping every buffer: the pools (with all the special pages the stream
+        grew to), the index buffers and the backend's. So `buffers_version` stays the same (a
+        CUDA graph captured before stays valid) and a new stream allocates nothing until its
+        special stream outgrows every earlier one; a reset never allocates. The pools are zeroed
+        in place (one memset), so the new stream reads exactly what a fresh cache's would, even
+        after NaN."""
         self._patch.reset()
         self._pool.reset()
         self._special.num_tokens = 0
-        if self._special.num_pages != self.spec.special_chunk_pages:
-            self._special.num_pages = self.spec.special_chunk_pages
-            for layer in range(self.spec.num_layers):
-                self._pools[layer] = None   # free before allocating: peak stays one layer
-                self._pools[layer] = self._new_pool(self.spec.base_pages)
-            self._pools_version += 1
+        for pool in self._pools:
+            pool.zero_()
         self._step = None
 
     def stats(self) -> CacheStats:
@@ -223,15 +224,16 @@ class PagedKVCache:
         """Bookkeeping of a stored step. Returns the new frames' pages and the special-token
         copies (source page, slot -> special page, slot). All checks come first."""
         spec, patch = self.spec, self._patch
-        victims = patch.victims(num_frames)
-        kept = [self._specials_left_by(frame) for frame in victims]
-        new_specials = sum(kept)
+        eviction = patch.eviction_for(num_frames)
+        leaving = len(eviction.frames)
+        per_frame = spec.specials_per_evicted_frame   # dropped frames leave none
+        new_specials = per_frame * len(eviction.evicted)
         self._special.check_room(new_specials)
         defer = self.defer_evictions
         pending = len(patch.pending)
-        if defer and pending + len(victims) > spec.deferred_capacity:
+        if defer and pending + leaving > spec.deferred_capacity:
             raise CacheExhausted(
-                f"{pending} evicted pages are pending and this step evicts {len(victims)} more, "
+                f"{pending} evicted pages are pending and this step evicts {leaving} more, "
                 f"over deferred_capacity={spec.deferred_capacity}; call flush() first or raise "
                 "CacheSpec.deferred_capacity")
         reclaimable = 0 if defer else pending
@@ -248,16 +250,11 @@ class PagedKVCache:
             self._pool.free(patch.take_pending())
         pages = self._pool.allocate(num_frames)
         patch.append(pages)
-        self._pool.free(patch.evict(victims, new_specials, defer))
+        self._pool.free(patch.evict(eviction, new_specials, defer))
         destinations = iter(self._special.append(new_specials))
         copies = [(frame.page, slot, *next(destinations))
-                  for frame, count in zip(victims, kept) for slot in range(count)]
+                  for frame in eviction.evicted for slot in range(per_frame)]
         return pages, copies
-
-    def _specials_left_by(self, frame: Frame) -> int:
-        if frame.seq < self.spec.scale_frames and not self.spec.include_scale_frames:
-            return 0   # anchors dropped under include_scale_frames=False leave nothing
-        return self.spec.specials_per_evicted_frame
 
     def _plan(self, num_frames: int, store: bool, write_pages: list[int],
               copies: list[tuple[int, int, int, int]]) -> StepTable:

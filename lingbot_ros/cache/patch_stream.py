@@ -2,20 +2,30 @@
 
 Policy only: it returns page ids to free and never touches tensors or the pool.
 
-Retained frames, oldest first (A = scale_frames, Wn = sliding_window), after appending:
+Retained frames, oldest first (A = scale_frames, Wn = sliding_window), after appending. Once more
+than A + Wn are retained, the frames at positions [A, len - Wn) are evicted: they leave their
+specials in the special stream (how many is the cache's business) and their pages go.
 
-    seq:   0 1 .. A-1 | A  A+1 ...  len-Wn-1 | len-Wn ... len-1
-           anchors    | evicted once len > A+Wn | window (newest Wn, current frames included)
+    include_scale_frames=True:
+    pos:   0 .. A-1 | A ... len-Wn-1        | len-Wn ... len-1
+           anchors  | evicted               | window (newest Wn, current frames included)
 
-With `include_scale_frames=False` eviction starts at position 0 instead of A, so the anchors
-leave at the first eviction (and leave no specials, which the cache decides).
+    include_scale_frames=False (no anchors; spec 9 [quirk]):
+    pos:   0 .. A-1 | A ... len-Wn-1        | len-Wn ... len-1
+           dropped  | evicted               | window
+           (leave nothing behind)
+
+Without anchors the split repeats at EVERY eviction: the retained frames fall back to Wn, grow by
+one per stored frame and split again once they pass A + Wn, so of every A + 1 frames that leave,
+one leaves its specials and A leave nothing. A = 3, Wn = 4: frame 7 evicts frame 3 and drops 0-2;
+frames 8-10 evict nothing; frame 11 evicts frame 7 and drops 4-6.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from itertools import chain, islice
 from dataclasses import dataclass
+from itertools import islice
 
 
 @dataclass(frozen=True)
@@ -27,12 +37,26 @@ class Frame:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    """The frames one step takes out of attention, each group oldest first. The dropped frames
+    are older than the evicted ones."""
+
+    dropped: tuple[Frame, ...] = ()   # leave nothing behind (include_scale_frames=False only)
+    evicted: tuple[Frame, ...] = ()   # leave their specials in the special stream
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        """All leaving frames, oldest first."""
+        return self.dropped + self.evicted
+
+
+@dataclass(frozen=True)
 class PendingEvictions:
     """Evictions of one deferred step, kept so that rolling back the step's newest frame can
     undo them while their pages are still allocated."""
 
     newest_seq: int               # seq of the newest frame appended by the step
-    frames: tuple[Frame, ...]     # evicted frames, oldest first
+    frames: tuple[Frame, ...]     # leaving frames (dropped and evicted), oldest first
     special_tokens: int           # tokens those frames added to the special stream
 
 
@@ -43,9 +67,9 @@ class PatchStream:
         self.scale_frames = scale_frames
         self.sliding_window = sliding_window
         self.include_scale_frames = include_scale_frames
-        self.anchors: deque[Frame] = deque()  # frames with seq < scale_frames, oldest first
+        self.anchors: deque[Frame] = deque()  # the first A frames, only with include_scale_frames
         self.window: deque[Frame] = deque()  # the other stored frames, oldest first
-        self.pending: list[int] = []        # evicted pages not yet freed, in eviction order
+        self.pending: list[int] = []        # pages of frames that left, not yet freed, in order
         self._undo: list[PendingEvictions] = []  # one entry per deferred step that evicted
         self.next_seq = 0                   # seq the next appended frame gets
 
@@ -57,8 +81,8 @@ class PatchStream:
         """Pages attention sees for stored frames: anchors, then window, oldest first."""
         return [f.page for f in self.anchors] + [f.page for f in self.window]
 
-    def victims(self, num_new: int) -> list[Frame]:
-        """Frames that appending `num_new` frames would evict, oldest first (no state change).
+    def eviction_for(self, num_new: int) -> Eviction:
+        """The frames that appending `num_new` frames takes out of attention (no state change).
 
         Raises ValueError if the append would evict frames of the same step (more than
         `sliding_window` new frames while evicting): attention for that step could not see them.
@@ -66,44 +90,45 @@ class PatchStream:
         total = self.num_stored + num_new
         threshold = self.scale_frames + self.sliding_window
         if total <= threshold:
-            return []
+            return Eviction()
         if num_new > self.sliding_window:
             raise ValueError(
                 f"begin_step(num_frames={num_new}) with {self.num_stored} frames stored would evict "
                 f"frames of the same step; append at most sliding_window={self.sliding_window} "
                 f"frames at once into a non-empty cache and at most scale_frames + sliding_window="
                 f"{threshold} into an empty one")
-        start = self.scale_frames if self.include_scale_frames else 0
-        count = total - self.sliding_window - start
+        # Leaving: positions [0 or A, total - Wn), all stored already (num_new <= Wn).
         if self.include_scale_frames:
-            # Positions [A, ...) begin at the window: the A anchors are all stored here.
             assert len(self.anchors) == self.scale_frames, "anchors incomplete while evicting"
-            return list(islice(self.window, count))
-        return list(islice(chain(self.anchors, self.window), count))
+            return Eviction(evicted=tuple(islice(self.window, total - threshold)))
+        leaving = tuple(islice(self.window, total - self.sliding_window))
+        return Eviction(dropped=leaving[:self.scale_frames], evicted=leaving[self.scale_frames:])
 
     def append(self, pages: list[int]) -> None:
         """Store new frames (oldest first) behind the retained ones."""
         for page in pages:
             frame = Frame(self.next_seq, page)
-            (self.anchors if frame.seq < self.scale_frames else self.window).append(frame)
+            is_anchor = self.include_scale_frames and frame.seq < self.scale_frames
+            (self.anchors if is_anchor else self.window).append(frame)
             self.next_seq += 1
 
-    def evict(self, victims: list[Frame], special_tokens: int, defer: bool) -> list[int]:
-        """Drop `victims` (the result of `victims()` before the append) from attention.
+    def evict(self, eviction: Eviction, special_tokens: int, defer: bool) -> list[int]:
+        """Take the frames of `eviction` (from `eviction_for()` before the append) out of
+        attention. `special_tokens`: what they added to the special stream (undone by rollback).
 
         With `defer` their pages wait in `pending` and the step can be undone by rollback;
         otherwise the pages are returned for the caller to free now.
         """
-        for frame in victims:
-            source = self.anchors if frame.seq < self.scale_frames else self.window
-            gone = source.popleft()
+        frames = eviction.frames
+        for frame in frames:
+            gone = self.window.popleft()   # anchors never leave
             assert gone == frame, "evicting frames out of order"
-        pages = [f.page for f in victims]
+        pages = [f.page for f in frames]
         if not defer:
             return pages
-        if victims:
+        if frames:
             self.pending.extend(pages)
-            self._undo.append(PendingEvictions(self.next_seq - 1, tuple(victims), special_tokens))
+            self._undo.append(PendingEvictions(self.next_seq - 1, frames, special_tokens))
         return []
 
     def take_pending(self) -> list[int]:
@@ -127,11 +152,7 @@ class PatchStream:
             # so this step's pages are the tail.
             assert self.pending[-len(undone.frames):] == [f.page for f in undone.frames]
             del self.pending[-len(undone.frames):]
-            for frame in reversed(undone.frames):
-                if frame.seq < self.scale_frames:
-                    self.anchors.appendleft(frame)
-                else:
-                    self.window.appendleft(frame)
+            self.window.extendleft(reversed(undone.frames))
             dropped_specials = undone.special_tokens
         return newest.page, dropped_specials
 

@@ -23,9 +23,11 @@ class CacheSpec:
     scale_frames: int = 8            # A: anchors = first A frames appended since reset
     sliding_window: int = 64         # Wn: newest stored frames kept whole
     cross_frame_special: bool = True  # evicted frames leave their specials behind
-    include_scale_frames: bool = True  # keep the anchors (else they are dropped without specials)
+    # Keep the first A frames as anchors. False: no anchors, and every eviction also drops the
+    # A oldest retained frames without keeping their specials (spec 9, patch_stream.py).
+    include_scale_frames: bool = True
     camera_only: bool = False        # evicted frames leave only the camera token (index 0)
-    deferred_capacity: int = 8       # evicted pages that may wait for flush() at once
+    deferred_capacity: int = 8       # pages of evicted (or dropped) frames waiting for flush()
     special_chunk_pages: int = 4     # special stream grows by this many pages at a time
     max_special_tokens: int | None = None  # cap on the special stream; None = unbounded
     dtype: torch.dtype = torch.float32
@@ -75,8 +77,15 @@ class CacheSpec:
         return self.frame_pages + 1
 
     @property
+    def frames_per_eviction(self) -> int:
+        """Frames a single-frame step that evicts takes out of attention: 1, or A + 1 without
+        anchors (one evicted, A dropped). A deferral budget below this defers no eviction."""
+        return 1 if self.include_scale_frames else self.scale_frames + 1
+
+    @property
     def specials_per_evicted_frame(self) -> int:
-        """Special tokens an evicted non-anchor frame leaves in the special stream."""
+        """Special tokens an evicted frame leaves in the special stream (frames dropped under
+        include_scale_frames=False leave none)."""
         if not self.cross_frame_special:
             return 0
         return 1 if self.camera_only else self.special_tokens

@@ -7,13 +7,16 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..cache.partials import PartialAttention
 from .config import ModelConfig
 from .layers import Block
 from .patch_embed import build_patch_embed
 from .rope import Rope2D, Rope3D
 
-# global_attend(layer, q, k, v) -> out, all [F, P, H, D]; the stream's KV cache implements it.
-GlobalAttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# global_attend(layer, q, k, v), all [F, P, H, D], k already rotated -> out [F, P, H, D], or its
+# unmerged parts over disjoint key sets (a paged cache's split attention; the block merges them).
+# The streaming session implements it with its KV cache.
+GlobalAttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | PartialAttention"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -53,22 +56,21 @@ class Aggregator(nn.Module):
         return torch.cat([cam, reg, scale], dim=1)                             # [S, 2+R, C]
 
     def forward(self, images: torch.Tensor, *, first_frame: bool, scale_slot: int,
-                time_index: torch.Tensor, global_attend: GlobalAttendFn,
-                fused: bool = False) -> list[torch.Tensor]:
-        """images [S, 3, H, W] in [0, 1]; time_index float64 [S] -> 4 selected outputs [S, P, 2C].
-        fused: the blocks' non-attention work as compiled kernels (`layers.fused_halves`)."""
-        return self.forward_patches(self.embed(images, fused), images.shape[-2:], first_frame=first_frame,
+                time_index: torch.Tensor, global_attend: GlobalAttendFn) -> list[torch.Tensor]:
+        """images [S, 3, H, W] in [0, 1]; time_index float64 [S] -> the selected layers' outputs
+        (4 of them) [S, P, 2C]."""
+        return self.forward_patches(self.embed(images), images.shape[-2:], first_frame=first_frame,
                                     scale_slot=scale_slot, time_index=time_index,
-                                    global_attend=global_attend, fused=fused)
+                                    global_attend=global_attend)
 
-    def embed(self, images: torch.Tensor, fused: bool = False) -> torch.Tensor:
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
         """images [S, 3, H, W] in [0, 1] -> patch tokens [S, N, C]. Reads no cache: a streaming
         caller can start it before the caches' bookkeeping for the same frame."""
-        return self.patch_embed((images - self.mean) / self.std, fused=fused)
+        return self.patch_embed((images - self.mean) / self.std)
 
     def forward_patches(self, patches: torch.Tensor, image_hw: tuple[int, int], *, first_frame: bool,
-                        scale_slot: int, time_index: torch.Tensor, global_attend: GlobalAttendFn,
-                        fused: bool = False) -> list[torch.Tensor]:
+                        scale_slot: int, time_index: torch.Tensor,
+                        global_attend: GlobalAttendFn) -> list[torch.Tensor]:
         """`forward` after `embed`: patches [S, N, C] of images of size image_hw (H, W)."""
         S = patches.shape[0]
         h, w = image_hw[0] // self.patch_size, image_hw[1] // self.patch_size
@@ -78,9 +80,9 @@ class Aggregator(nn.Module):
         rope_global = self.rope3d(time_index, h, w) if self.rope3d is not None else rope_frame
         outputs = []
         for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks, self.global_blocks)):
-            x = frame_block(x, rope_frame, fused=fused)
+            x = frame_block(x, rope_frame)
             frame_out = x
-            x = global_block(x, rope_global, partial(global_attend, i), fused=fused)
+            x = global_block(x, rope_global, partial(global_attend, i))
             if i in self.selected_layers:
                 outputs.append(torch.cat([frame_out, x], dim=-1))              # frame first, then global
         return outputs

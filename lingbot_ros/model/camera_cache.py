@@ -6,6 +6,8 @@ preallocated buffer whose capacity doubles when full; nothing is concatenated pe
 With `static=True`, single-frame calls keep fixed shapes: the write row and the visible length live
 in device tensors and attention runs over the whole capacity with the rows past the length masked
 out, so a CUDA graph of the call stays valid until the capacity grows (`generation` counts that).
+`reset` keeps the capacity: a new stream reuses the buffers and grows them only past the longest
+stream so far.
 """
 from __future__ import annotations
 
@@ -77,10 +79,19 @@ class CameraKVCache:
         self.length -= 1
 
     def reset(self) -> None:
+        """Empty, same buffers (capacity and `generation` unchanged), zeroed in place: masked rows
+        enter the fixed-shape attention, so stale NaN must not survive into the next stream."""
         self.length = self._end = 0
+        self.k.zero_()
+        self.v.zero_()
 
     def nbytes(self) -> int:
+        """Bytes allocated (K and V, all caches, the whole capacity)."""
         return 2 * self.k.numel() * self.k.element_size()
+
+    def nbytes_in_use(self) -> int:
+        """Bytes of the stored frames' rows: what a stream holds (0 after reset)."""
+        return self.nbytes() * self.length // self.capacity
 
     def _grow(self, needed: int) -> None:
         capacity = self.capacity

@@ -1,8 +1,10 @@
 """Transformer building blocks shared by DINOv2, the aggregator and the camera head (spec 5, 7, 10)."""
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Callable, Optional
+from contextvars import ContextVar
+from typing import Callable, Iterator, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -91,14 +93,39 @@ class Block(nn.Module):
         return x + self.ls2(self.mlp(self.norm2(x)))
 
     def forward(self, x: torch.Tensor, rope: Optional[RopeFn] = None,
-                attend: AttendFn = dense_attend, fused: bool = False) -> torch.Tensor:
-        """fused: run the two halves around attention as compiled kernels (see `fused_halves`)."""
-        before, after = fused_halves() if fused else (Block.attention_inputs, Block.attention_output)
-        return after(self, x, attend(*before(self, x, rope)))
+                attend: AttendFn = dense_attend) -> torch.Tensor:
+        """The two halves around attention run as the enclosing `block_kernels` context says
+        (eager outside any)."""
+        kernels = _block_kernels.get()
+        return kernels.attention_output(self, x, attend(*kernels.attention_inputs(self, x, rope)))
+
+
+class BlockKernels(NamedTuple):
+    """How a block runs its two halves around attention: `Block.attention_inputs` and
+    `Block.attention_output`, or the same functions compiled (`fused_halves`)."""
+
+    attention_inputs: Callable
+    attention_output: Callable
+
+
+EAGER_KERNELS = BlockKernels(Block.attention_inputs, Block.attention_output)
+# A context, not a parameter: the caller (the streaming session) picks the kernels once and
+# enters them around a call, as it does autocast; no forward signature carries the choice.
+_block_kernels: ContextVar[BlockKernels] = ContextVar("block_kernels", default=EAGER_KERNELS)
+
+
+@contextlib.contextmanager
+def block_kernels(kernels: BlockKernels) -> Iterator[None]:
+    """Every `Block` called inside (in this thread) runs its halves with `kernels`."""
+    token = _block_kernels.set(kernels)
+    try:
+        yield
+    finally:
+        _block_kernels.reset(token)
 
 
 @functools.cache
-def fused_halves():
+def fused_halves() -> BlockKernels:
     """`Block.attention_inputs` and `Block.attention_output` compiled by torch.compile (Inductor):
     layer norms, q/k norms, RoPE, casts, LayerScale, residual adds and GELU become a few fused
     kernels around the matmuls instead of ~30 separate ones per block. Compiled lazily on first
@@ -106,4 +133,4 @@ def fused_halves():
     inputs); attention stays outside, so any attention function (a KV cache) can sit between."""
     def compile_(fn):
         return torch.compile(fn, dynamic=False, fullgraph=True)
-    return compile_(Block.attention_inputs), compile_(Block.attention_output)
+    return BlockKernels(compile_(Block.attention_inputs), compile_(Block.attention_output))

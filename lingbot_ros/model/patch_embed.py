@@ -16,8 +16,7 @@ class ConvPatchEmbed(nn.Module):
         super().__init__()
         self.proj = nn.Conv2d(3, dim, kernel_size=patch_size, stride=patch_size)
 
-    def forward(self, images: torch.Tensor, fused: bool = False) -> torch.Tensor:
-        """fused: accepted for a common interface; there are no blocks to fuse."""
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.proj(images).flatten(2).transpose(1, 2)      # [S, C, h, w] -> [S, N, C]
 
 
@@ -48,15 +47,14 @@ class DinoV2PatchEmbed(nn.Module):
             grid = F.interpolate(grid, size=(h, w), mode="bicubic", antialias=True, align_corners=False)
         return grid.flatten(2).transpose(1, 2)                                 # [1, h*w, C]
 
-    def forward(self, images: torch.Tensor, fused: bool = False) -> torch.Tensor:
-        """fused: the blocks' non-attention work as compiled kernels (`layers.fused_halves`)."""
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
         S, _, H, W = images.shape
         h, w = H // self.patch_embed.proj.stride[0], W // self.patch_embed.proj.stride[1]
         x = self.patch_embed(images) + self.patch_pos_embed(h, w)             # [S, N, C]
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(S, -1, -1)
         x = torch.cat([cls, self.register_tokens.expand(S, -1, -1), x], dim=1)  # [S, 1+R+N, C]
         for blk in self.blocks:
-            x = blk(x, fused=fused)
+            x = blk(x)
         return self.norm(x)[:, self.num_prefix:]                               # [S, N, C]
 
 

@@ -9,9 +9,10 @@ and the camera cache's write row and visible length.
 The step is two graphs: the patch embedding, which reads no cache, and the rest. The caller
 launches the first, does the caches' bookkeeping and FlashInfer's plan on the host while the
 device runs it, then launches the second (released model on the H200: the host's ~1.4 ms now
-hide behind the embedding's kernels, and the frame took ~0.9 ms less). The second is captured again only when one of the buffers it reads
-is reallocated, which the caller reports through `key` (the global cache's pool or special
-stream grew, the camera cache doubled); the first never is.
+hide behind the embedding's kernels, and the frame took ~0.9 ms less). The second is captured
+again only when one of the buffers it reads is reallocated, which the caller reports through
+`key` (the global cache's pool or special stream grew, the camera cache doubled; a session reset
+reallocates nothing); the first never is.
 """
 from __future__ import annotations
 

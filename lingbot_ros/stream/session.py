@@ -6,6 +6,7 @@ head's caches, the 3D-RoPE time index and the frame counters. The model itself s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Optional
 
@@ -13,6 +14,7 @@ import torch
 
 from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention
 from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
+from ..model.layers import EAGER_KERNELS, BlockKernels, block_kernels, fused_halves
 from ..model.lingbot_map import LingBotMap
 from .frame_graph import FrameGraph
 from .results import FrameResult
@@ -43,8 +45,10 @@ class StreamingSession:
                 f"(store_matmul_weights) but this session computes in {self.compute_dtype}; "
                 "use that dtype or a model kept in float32")
         use_graphs = self.settings.cuda_graphs and self.device.type == "cuda"
-        # Compiled kernels for CUDA only: on the CPU the eager blocks are the reference path.
-        self._fused = self.settings.fused_blocks and self.device.type == "cuda"
+        # The block kernels of single-frame steps, chosen once: compiled (fused) for CUDA only;
+        # on the CPU the eager blocks are the reference path.
+        self._frame_kernels: BlockKernels = (
+            fused_halves() if self.settings.fused_blocks and self.device.type == "cuda" else EAGER_KERNELS)
         self._camera = model.camera_head.new_cache(
             self.settings.camera_num_iterations, self.device,
             capacity=GRAPH_CAMERA_CAPACITY if use_graphs else 64, static=use_graphs)
@@ -107,7 +111,14 @@ class StreamingSession:
             self._cache.flush()
 
     def reset(self) -> None:
-        """Start a new stream: empty caches, time index 0, next frame is the first of phase 1."""
+        """Start a new stream: empty caches, time index 0, next frame is the first of phase 1.
+
+        Cheap and bounded: every buffer stays (KV pools with their special pages, the camera
+        cache's capacity, the captured CUDA graphs), nothing is allocated. A new stream of the
+        same image size replays the same graphs and grows a buffer only where it outgrows every
+        earlier stream; another image size builds a new global cache (and graph) at its first
+        frame. Outputs equal a fresh session's.
+        """
         if self._cache is not None:
             self._cache.reset()
         self._camera.reset()
@@ -125,6 +136,7 @@ class StreamingSession:
             "frames_buffered": len(self._buffer),
             "camera_cache_frames": self._camera.length,
             "camera_cache_bytes": self._camera.nbytes(),
+            "camera_cache_bytes_in_use": self._camera.nbytes_in_use(),
             "kv_cache": self._cache.stats() if self._cache is not None else None,
             "graph_captures": self._graph.captures if self._graph is not None else 0,
             "graph_capture_seconds": self._graph.capture_seconds if self._graph is not None else 0.0,
@@ -167,11 +179,14 @@ class StreamingSession:
                 special_tokens=cfg.num_special_tokens, scale_frames=s.scale_frames,
                 sliding_window=s.sliding_window, cross_frame_special=s.cross_frame_special,
                 include_scale_frames=s.include_scale_frames, camera_only=s.camera_only,
-                max_special_tokens=s.max_special_tokens,
-                # Pages for deferred evictions only when this session defers: otherwise they
-                # would never hold a frame (8 pages = 0.79 GB for the released model at 518x378).
-                deferred_capacity=CacheSpec.deferred_capacity if s.defer_evictions else 0,
+                max_special_tokens=s.max_special_tokens, deferred_capacity=0,
                 dtype=self.compute_dtype, device=self.device)
+            if s.defer_evictions:
+                # Pages for deferred evictions only when this session defers: otherwise they
+                # would never hold a frame (8 pages = 0.79 GB for the released model at
+                # 518x378). At least one step's worth (A + 1 frames without anchors).
+                spec = dataclasses.replace(spec, deferred_capacity=max(
+                    CacheSpec.deferred_capacity, spec.frames_per_eviction))
             self._cache = PagedKVCache(spec, backend=s.attention_backend)
             self._cache.defer_evictions = s.defer_evictions
             self._graph = (FrameGraph(self._embed, self._forward, (1, 3, H, W), self.device)
@@ -205,6 +220,11 @@ class StreamingSession:
             return contextlib.nullcontext()
         # No cast cache: casts made while a CUDA graph is captured must live in the graph's pool.
         return torch.autocast(self.device.type, dtype=self.compute_dtype, cache_enabled=False)
+
+    def _kernels(self, num_frames: int):
+        """The block kernels of a call: the session's choice for single-frame steps; phase 1's
+        multi-frame batch runs eagerly (once per stream: not worth compiling another shape)."""
+        return block_kernels(self._frame_kernels if num_frames == 1 else EAGER_KERNELS)
 
     @torch.no_grad()
     def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
@@ -245,9 +265,8 @@ class StreamingSession:
     def _embed(self, images: torch.Tensor) -> torch.Tensor:
         """The device work of one call that reads no cache: images [F, 3, H, W] -> patch tokens
         [F, N, C]. No host sync, no host state change (a CUDA graph captures it)."""
-        with self._autocast():
-            # Phase 1's multi-frame batch runs once per stream: not worth a compiled variant.
-            return self.model.aggregator.embed(images, fused=self._fused and images.shape[0] == 1)
+        with self._autocast(), self._kernels(images.shape[0]):
+            return self.model.aggregator.embed(images)
 
     def _forward(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
                  scale_slot: int = 1) -> tuple[torch.Tensor, ...]:
@@ -257,10 +276,10 @@ class StreamingSession:
         [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3])."""
         H, W = self._image_hw
         m = self.model
-        with self._autocast():
+        with self._autocast(), self._kernels(patches.shape[0]):
             outputs = m.aggregator.forward_patches(
                 patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
-                global_attend=self._attend_global, fused=self._fused and patches.shape[0] == 1)
+                global_attend=self._attend_global)
         outputs = [o.float() for o in outputs]                                   # heads run in fp32
         poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
         depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
