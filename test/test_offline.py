@@ -7,43 +7,36 @@ import numpy as np
 import pytest
 import torch
 
-from lingbot_ros.mapping import VoxelMap, depth_to_points, read_ply, read_tum
+from lingbot_ros.mapping import depth_to_points, read_ply, read_tum
+from lingbot_ros.mapping.frames import Placement
+from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
 from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
-from lingbot_ros.tools.offline import OutputWriter, main
+from lingbot_ros.tools.offline import FrameWriter, main
 from lingbot_ros.io.sources import SyntheticSource
 
 
 
-def fake_result(index, is_keyframe, height=4, width=6, depth_m=2.0):
-    """A FrameResult-shaped object (docs/interfaces.md) with known geometry."""
+def fake_output(index, is_keyframe, height=4, width=6, depth_m=2.0, stamp_s=0.0):
+    """A MapperOutput with known geometry (docs/interfaces.md)."""
     intrinsic = torch.tensor([[5.0, 0, width / 2], [0, 5.0, height / 2], [0, 0, 1]])
     extrinsic = torch.zeros(3, 4)
     extrinsic[:, :3] = torch.eye(3)
-    extrinsic[0, 3] = 10.0 * index                   # camera moves along x; frames never overlap
     depth = torch.full((height, width), depth_m)
     depth[0, 0] = 70.0                               # beyond the 16-bit PNG range
-    conf = torch.full((height, width), 2.0)
-    conf[1, :] = 1.0                                 # one low-confidence row
-    image = torch.rand(3, height, width)
-    return SimpleNamespace(index=index, is_keyframe=is_keyframe, extrinsic=extrinsic,
-                           intrinsic=intrinsic, depth=depth, depth_conf=conf, image=image,
-                           world_points=depth_to_points(depth, intrinsic, extrinsic),
-                           image_size=(width, height))
+    result = SimpleNamespace(intrinsic=intrinsic, extrinsic=extrinsic, depth=depth, is_keyframe=is_keyframe)
+    frame = InputFrame(rgb=np.zeros((height, width, 3), np.uint8), stamp_ns=round(stamp_s * 1e9))
+    return MapperOutput(frame=frame, index=index, camera_pose=np.eye(4), trusted=True, is_keyframe=is_keyframe,
+                        provisional=False, placement=Placement(), result=result)
 
 
 @pytest.mark.parametrize("depth_format", ["png16", "npy"])
-def test_output_writer_files(tmp_path, depth_format):
-    writer = OutputWriter(tmp_path, depth_format, VoxelMap(1e-3), min_confidence=1.5,
-                          point_stride=1)
-    for i in range(3):
-        writer.add(fake_result(i, is_keyframe=i != 1), stamp_s=100.0 + 0.5 * i)
-    outputs = writer.close()
-
-    trajectory = read_tum(tmp_path / "trajectory.tum")
-    np.testing.assert_allclose(trajectory.stamps_s(), [100.0, 100.5, 101.0])
-    np.testing.assert_allclose(trajectory.c2w()[:, 0, 3], [0, 10, 20], atol=1e-9)
-
+def test_frame_writer_files(tmp_path, depth_format):
+    writer = FrameWriter(tmp_path, depth_format)
+    writer.add([fake_output(i, is_keyframe=i != 1, stamp_s=100.0 + 0.5 * i) for i in (0, 2)])
+    writer.add([fake_output(1, is_keyframe=False, stamp_s=100.5)])     # finalised later: rows sort
+    table = writer.close()
+    assert writer.num_frames == 3 and writer.num_keyframes == 2
     if depth_format == "png16":
         depth = cv2.imread(str(tmp_path / "depth" / "000001.png"), cv2.IMREAD_UNCHANGED)
         assert depth.dtype == np.uint16 and depth.shape == (4, 6)
@@ -51,16 +44,11 @@ def test_output_writer_files(tmp_path, depth_format):
     else:
         depth = np.load(tmp_path / "depth" / "000001.npy")
         assert depth.dtype == np.float32 and depth[1, 1] == 2.0 and depth[0, 0] == 70.0
-
-    lines = (tmp_path / "frames.csv").read_text().splitlines()
+    lines = table.read_text().splitlines()
     assert lines[0] == "index,stamp_s,is_keyframe,fx,fy,cx,cy,depth"
-    assert lines[2].split(",")[:3] == ["1", "100.500000000", "0"]
-
-    # Keyframes 0 and 2 only, minus the low-confidence row: 2 * 3 rows * 6 pixels, each its own
-    # voxel at 1 mm voxels.
-    xyz, rgb = read_ply(tmp_path / "map.ply")
-    assert len(xyz) == outputs["map_points"] == 2 * 3 * 6
-    assert sorted(set(np.round(xyz[:, 2], 3))) == [2.0, 70.0]
+    assert [line.split(",")[:3] for line in lines[1:]] == [["0", "100.000000000", "1"],
+                                                           ["1", "100.500000000", "0"],
+                                                           ["2", "101.000000000", "1"]]
 
 
 # ------------------------------------------------------------------------ end to end
@@ -79,12 +67,12 @@ def fixture_dir(shared_dir) -> Path:
 
 def run_offline(tmp_path, fixture_dir, input_path, *extra):
     out = tmp_path / "out"
-    argv = ["--config", str(fixture_dir / "config.json"),
+    argv = ["--model-config", str(fixture_dir / "config.json"),
             "--checkpoint", str(fixture_dir / "ckpt.pt"),
             "--input", str(needs(input_path)), "--output", str(out), "--device", "cpu",
             "--max-frames", "12", "--num-scale-frames", "3", "--scale-frames", "3",
-            "--window", "4", "--image-width", "112", "--min-confidence", "1.0",
-            "--voxel-size", "0.05", *extra]
+            "--sliding-window", "4", "--image-width", "112", "--min-confidence", "1.0",
+            "--map-voxel-size-m", "0.05", *extra]
     assert main(argv) == 0
     return out
 
@@ -134,7 +122,7 @@ def test_offline_refuses_without_checkpoint(tmp_path, capsys):
 
 
 def test_offline_random_weights_warns(tmp_path, capsys, fixture_dir):
-    code = main(["--config", str(fixture_dir / "config.json"), "--random-weights",
+    code = main(["--model-config", str(fixture_dir / "config.json"), "--random-weights",
                  "--input", "synthetic:112x84:3", "--output", str(tmp_path), "--device", "cpu",
                  "--num-scale-frames", "2", "--image-width", "112", "--min-confidence", "1.0"])
     assert code == 0
@@ -143,7 +131,7 @@ def test_offline_random_weights_warns(tmp_path, capsys, fixture_dir):
 
 
 def test_offline_reports_bad_input(tmp_path, capsys):
-    code = main(["--config", "tiny", "--random-weights",
+    code = main(["--model-config", "tiny", "--random-weights",
                  "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")])
     assert code == 1
     assert "does not exist" in capsys.readouterr().err
@@ -157,7 +145,7 @@ def test_offline_endless_source_needs_max_frames(tmp_path, capsys):
 
 def test_offline_short_sequence_closes_scale_phase(tmp_path, fixture_dir):
     """Fewer frames than --num-scale-frames: phase 1 runs on what arrived (spec 13)."""
-    code = main(["--config", str(fixture_dir / "config.json"),
+    code = main(["--model-config", str(fixture_dir / "config.json"),
                  "--checkpoint", str(fixture_dir / "ckpt.pt"), "--input", "synthetic:112x84:2",
                  "--output", str(tmp_path), "--device", "cpu", "--image-width", "112"])
     assert code == 0
@@ -180,8 +168,8 @@ def test_stream_world_points_are_spec_unprojection(fixture_dir):
         torch.testing.assert_close(r.world_points, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("flag,value", [("--voxel-size", "0"), ("--point-stride", "0"),
-                                        ("--max-frames", "0")])
+@pytest.mark.parametrize("flag,value", [("--map-voxel-size-m", "0"), ("--map-points-stride", "0"),
+                                        ("--max-frames", "0"), ("--sliding-window", "0")])
 def test_offline_rejects_bad_numbers(tmp_path, capsys, flag, value):
     code = main(["--random-weights", "--input", "synthetic:64x48:2", "--output", str(tmp_path),
                  flag, value])
@@ -203,3 +191,17 @@ def test_progress_steady_rate_leaves_out_the_warm_up(monkeypatch, capsys):
     assert progress.elapsed_s == 12.0
     assert progress.steady_fps(3) == pytest.approx(1.0)
     assert "frame 3/3  1.00 FPS" in capsys.readouterr().err   # the recent rate, not 3 / 12 s
+
+
+@pytest.mark.slow
+def test_offline_windowed_writes_every_frame_and_the_window_transforms(tmp_path, capsys, shared_dir, fixture_dir):
+    out = run_offline(tmp_path, fixture_dir, shared_dir / "data" / "loop_jpg", "--max-frames", "24",
+                      "--mode", "windowed", "--window-size", "10", "--overlap-size", "4")
+    assert len(read_tum(out / "trajectory.tum")) == 24
+    assert len((out / "frames.csv").read_text().splitlines()) == 25
+    rows = (out / "windows.csv").read_text().splitlines()
+    # S = 24, L = 10, ov = 4, step 6: windows start at frames 0, 6, 12 and 18.
+    assert rows[0].startswith("window,first_index,scale,r00")
+    assert [row.split(",")[:2] for row in rows[1:]] == [["0", "0"], ["1", "6"], ["2", "12"], ["3", "18"]]
+    scales = [float(row.split(",")[2]) for row in rows[1:]]
+    assert scales[0] == 1.0 and all(s > 0 for s in scales)

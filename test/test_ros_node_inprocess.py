@@ -221,7 +221,7 @@ def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(liv
 
 
 def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
-    env = live(max_keyframes=4)
+    env = live(max_keyframes=4, long_run_policy="reset")
     for i in range(4):
         env.send(10 + 0.1 * i, shift_px=8 * i)
     reason = "cache cap: 4 keyframes stored (max_keyframes=4)"

@@ -101,6 +101,8 @@ def test_camera_info_from_intrinsics():
 
 
 def test_default_parameters_validate_and_match_map_yaml():
+    assert (REPO / "config" / "map.yaml").read_text() == params.defaults_yaml(), \
+        "config/map.yaml is stale: python -m lingbot_ros.ros.params > config/map.yaml"
     settings, node_settings = params.split({})
     loaded = yaml.safe_load((REPO / "config" / "map.yaml").read_text())["/**"]["ros__parameters"]
     assert loaded == {**dataclasses.asdict(settings), **dataclasses.asdict(node_settings)}

@@ -43,7 +43,8 @@ class CacheStats:
     pending_pages: int      # evicted, waiting for flush()
     free_pages: int         # frame pages free
     special_tokens: int
-    special_pages: int      # allocated for the special stream (used: ceil(tokens / P))
+    special_pages: int      # allocated for the special stream
+    special_pages_in_use: int   # ceil(special_tokens / P)
     bytes_allocated: int    # all pools
     bytes_in_use: int       # stored + pending frames and special tokens
 
@@ -188,8 +189,11 @@ class PagedKVCache:
         self._patch.reset()
         self._pool.reset()
         self._special.num_tokens = 0
-        for pool in self._pools:
-            pool.zero_()
+        # The pools may have been made under the caller's inference_mode (inference tensors,
+        # writable only inside it); zeroing under it works for plain tensors too.
+        with torch.inference_mode():
+            for pool in self._pools:
+                pool.zero_()
         self._step = None
 
     def stats(self) -> CacheStats:
@@ -202,6 +206,7 @@ class PagedKVCache:
             free_pages=self._pool.num_free,
             special_tokens=special.num_tokens,
             special_pages=special.num_pages,
+            special_pages_in_use=-(-special.num_tokens // spec.tokens_per_frame),
             bytes_allocated=sum(p.numel() * p.element_size() for p in self._pools),
             bytes_in_use=(patch.num_stored + len(patch.pending)) * spec.page_bytes
             + special.num_tokens * spec.token_bytes)

@@ -27,10 +27,11 @@ class CacheCaps(NoRestarts):
         stored = stats["frames_stored"]
         if self.max_keyframes and stored >= self.max_keyframes:
             return f"cache cap: {stored} keyframes stored (max_keyframes={self.max_keyframes})"
+        # Memory in use, not allocated: a restart keeps the buffers for the next stream.
         kv = stats["kv_cache"]
-        nbytes = (0 if kv is None else kv.bytes_allocated) + stats["camera_cache_bytes"]
+        nbytes = (0 if kv is None else kv.bytes_in_use) + stats["camera_cache_bytes_in_use"]
         if self.max_cache_mb and nbytes >= self.max_cache_mb * 2**20:
-            return f"cache cap: {nbytes / 2**20:.1f} MB allocated (max_cache_mb={self.max_cache_mb:g})"
+            return f"cache cap: {nbytes / 2**20:.1f} MB in use (max_cache_mb={self.max_cache_mb:g})"
         return None
 
 

@@ -431,7 +431,8 @@ class Mapper:
         """(frames stored since the stream started, pages in use, bytes allocated)."""
         stats = self.session.stats()
         kv = stats["kv_cache"]   # None until the first step allocates the cache
-        pages = 0 if kv is None else kv.anchor_pages + kv.window_pages + kv.pending_pages + kv.special_pages
+        pages = 0 if kv is None else (kv.anchor_pages + kv.window_pages + kv.pending_pages
+                                      + kv.special_pages_in_use)
         nbytes = (0 if kv is None else kv.bytes_allocated) + stats["camera_cache_bytes"]
         return stats["frames_stored"], pages, nbytes
 

@@ -138,7 +138,7 @@ class MapperSettings:
     max_keyframes: int = setting(1000, "reset policy: keyframes stored since the stream started before it "
                                        "restarts (0 = no cap); keep it below the model's max_frame_num "
                                        "(1024) so the 3D RoPE stays in its trained range", minimum=0, when=LIVE)
-    max_cache_mb: float = setting(0.0, "reset policy: cache memory (MB) before the stream restarts "
+    max_cache_mb: float = setting(0.0, "reset policy: cache memory in use (MB) before the stream restarts "
                                        "(0 = no cap)", minimum=0, when=LIVE)
     # -- stamps ----------------------------------------------------------------------------------
     max_stamp_gap_s: float = setting(5.0, "a forward gap between image stamps larger than this restarts the "

@@ -82,8 +82,9 @@ class CameraKVCache:
         """Empty, same buffers (capacity and `generation` unchanged), zeroed in place: masked rows
         enter the fixed-shape attention, so stale NaN must not survive into the next stream."""
         self.length = self._end = 0
-        self.k.zero_()
-        self.v.zero_()
+        with torch.inference_mode():   # writable whether or not they were made under it
+            self.k.zero_()
+            self.v.zero_()
 
     def nbytes(self) -> int:
         """Bytes allocated (K and V, all caches, the whole capacity)."""

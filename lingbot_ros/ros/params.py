@@ -184,3 +184,24 @@ def on_set(node, parameters):
     if node.cfg is not None and node_changes:
         node.apply_live(node_settings)
     return SetParametersResult(successful=True)
+
+
+def defaults_yaml() -> str:
+    """config/map.yaml: every parameter with its default and description (the file is this text;
+    ``python -m lingbot_ros.ros.params > config/map.yaml`` writes it, a test compares)."""
+    import json
+
+    lines = ["# Parameters of lingbot_ros map_node with their defaults, written by",
+             "# `python -m lingbot_ros.ros.params` from lingbot_ros/mapping/settings.py and",
+             "# lingbot_ros/ros/params.py. Use: --ros-args --params-file config/map.yaml, or the launch",
+             "# file's params_file argument. Validated at configure.",
+             "/**:", "  ros__parameters:"]
+    for name, field in FIELDS.items():
+        lines.append("    # " + descriptor(field).description)
+        value = field.default
+        lines.append(f"    {name}: {json.dumps(value) if not isinstance(value, float) else repr(value)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(defaults_yaml(), end="")

@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 
-    from lingbot_ros.ros.node import MapNode, MapStatus, SaveMap
+    from lingbot_ros.ros.node import MapNode
+    from lingbot_ros.ros.services import SaveMap
 
     width = args.image_width or (518 if args.checkpoint else 252)
     rclpy.init(args=None)
@@ -95,7 +96,6 @@ def main(argv=None) -> int:
     spin = threading.Thread(target=executor.spin, daemon=True)
     spin.start()
     stop = threading.Event()
-    latest = {}
     code = 0
     try:
         print(f"lingbot-ros-demo: source {spec}, model {args.checkpoint or 'tiny RANDOM weights'}, "
@@ -104,23 +104,16 @@ def main(argv=None) -> int:
                 node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
             print("lingbot-ros-demo: the node did not start (see the log above)", file=sys.stderr)
             return 1
-        if MapStatus is not None:
-            from rclpy.qos import DurabilityPolicy, QoSProfile
-
-            client_node.create_subscription(
-                MapStatus, "/map_node/status", lambda m: latest.update(status=m),
-                QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
         camera = _camera_thread(client_node, source, args.rate, stop)
         start = time.monotonic()
         while time.monotonic() - start < args.timeout:
-            values = node.counters.snapshot()
+            status = node.status_message()
             elapsed = time.monotonic() - start
-            state = node.tracker.state_text if node.tracker else "?"
-            print(f"\r[{elapsed:6.1f} s] {state:<22} frames {values['processed']:4d}/{args.frames} "
-                  f"({values['processed'] / max(elapsed, 1e-6):5.2f} FPS)  received "
-                  f"{values['received']:4d}  dropped {values['dropped']:4d}  cache pages "
-                  f"{node._cache.pages:4d}", end="", flush=True)
-            if values["processed"] >= args.frames:
+            print(f"\r[{elapsed:6.1f} s] {status.state_text[:22]:<22} frames {status.frames_processed:4d}/"
+                  f"{args.frames} ({status.frames_processed / max(elapsed, 1e-6):5.2f} FPS)  received "
+                  f"{status.frames_received:4d}  dropped {status.frames_dropped:4d}  cache pages "
+                  f"{status.cache_pages:4d}", end="", flush=True)
+            if status.frames_processed >= args.frames:
                 break
             time.sleep(0.25)
         else:
@@ -134,7 +127,7 @@ def main(argv=None) -> int:
         code = 130
     finally:
         stop.set()
-        node._release()
+        node.release()
         executor.shutdown(timeout_sec=5)
         node.destroy_node()
         client_node.destroy_node()
@@ -145,7 +138,8 @@ def main(argv=None) -> int:
 def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float) -> int:
     from std_srvs.srv import Trigger
 
-    values = node.counters.snapshot()
+    status = node.status_message()
+    random_weights = node.bundle is not None and node.bundle.random_weights
     if save_map_type is not None:
         client = client_node.create_client(save_map_type, "/map_node/save_map")
         request = save_map_type.Request(directory=args.out)
@@ -159,16 +153,16 @@ def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float) 
     while not future.done() and time.monotonic() < deadline:
         time.sleep(0.05)
     response = future.result() if future.done() else None
-    print(f"summary: {values['processed']} frames processed in {elapsed:.1f} s "
-          f"({values['processed'] / max(elapsed, 1e-6):.2f} FPS), {values['received']} received, "
-          f"{values['dropped']} dropped, {values['rejected']} rejected, {values['failed']} failed, "
-          f"latency {node.counters.latency_ms:.0f} ms (model {node.counters.model_ms:.0f} ms)")
+    print(f"summary: {status.frames_processed} frames processed in {elapsed:.1f} s "
+          f"({status.frames_processed / max(elapsed, 1e-6):.2f} FPS), {status.frames_received} received, "
+          f"{status.frames_dropped} dropped, {status.frames_rejected} rejected, {status.frames_failed} failed, "
+          f"latency {status.latency_ms:.0f} ms (model {status.model_ms:.0f} ms)")
     if response is None or not response.success:
         print(f"lingbot-ros-demo: save_map failed: {response.message if response else 'timeout'}",
               file=sys.stderr)
         return 1
     print(f"saved: {response.message}")
-    if node.loaded is not None and node.loaded.random_weights:
+    if random_weights:
         print("note: random-weight model; the saved map is NOT a reconstruction (use --checkpoint)")
     return 0
 
