@@ -151,3 +151,20 @@ def test_windowed_settings_are_checked():
     with pytest.raises(SettingsError, match="must be shorter than a window"):
         MapperSettings(long_run_policy="windowed", window_size=10, overlap_size=10, num_scale_frames=3,
                        scale_frames=3)
+
+
+def test_saving_mid_stream_equals_ending_the_stream_there(fixture_files, images, tmp_path):
+    """The node saves while its stream goes on; the offline tool ends the stream first. Both
+    write the same trajectory and map: provisional frames count with their current value."""
+    live, ended = windowed(fixture_files), windowed(fixture_files)
+    for frame in frames(images, 20):               # frames 18, 19: window 2, provisional
+        live.process(frame)
+        ended.process(frame)
+    assert live.windows.provisional
+    ended.finish()
+    saved_live, saved_ended = live.save(tmp_path / "live"), ended.save(tmp_path / "ended")
+    assert saved_live.num_points == saved_ended.num_points > 0
+    assert (tmp_path / "live" / "trajectory.tum").read_text() == (tmp_path / "ended" / "trajectory.tum").read_text()
+    assert (tmp_path / "live" / "map.ply").read_bytes() == (tmp_path / "ended" / "map.ply").read_bytes()
+    # Saving changed nothing: the live stream goes on, its provisional frames still provisional.
+    assert live.windows.provisional

@@ -231,9 +231,17 @@ class Mapper:
 
     def map_points(self) -> tuple[np.ndarray, np.ndarray]:
         """The map (xyz float32 [N, 3] in map, rgb uint8 [N, 3]), the newest keyframe included
-        (merged for good: a later rollback no longer removes its points)."""
+        (merged for good: a later rollback no longer removes its points). A windowed run's
+        provisional keyframes are in it with their current values, as if the stream ended here;
+        they enter the map itself only when final."""
         self._merge_points()
-        return self.voxel_map.points()
+        provisional = [o for o in self.windows.provisional.values() if o.is_keyframe] if self.windows else []
+        if not provisional:
+            return self.voxel_map.points()
+        voxel_map = self.voxel_map.copy()
+        for output in provisional:
+            voxel_map.insert(*output.points(self.settings.min_confidence, self.settings.map_points_stride))
+        return voxel_map.points()
 
     def save(self, directory: str | Path) -> SavedMap:
         directory = Path(directory)

@@ -59,6 +59,13 @@ class VoxelMap:
         self._num_rows = 0
         self._num_inserts = 0
 
+    def copy(self) -> "VoxelMap":
+        """An independent map with the same voxels (inserts into one do not reach the other)."""
+        other = VoxelMap(self.voxel_size_m, self.max_points)
+        for name, value in vars(self).items():
+            setattr(other, name, value.copy() if isinstance(value, np.ndarray) else value)
+        return other
+
     def __len__(self) -> int:
         return len(self._sorted_keys)
 
