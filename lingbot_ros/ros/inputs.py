@@ -58,7 +58,7 @@ class Inputs:
         self.counters.add("dropped", self.inbox.put(frame))
 
     def _on_camera_info(self, msg) -> None:
-        k = list(msg.k)
+        k = [float(v) for v in msg.k]
         if not (all(math.isfinite(v) for v in k) and k[0] > 0 and k[4] > 0 and msg.width and msg.height):
             self._bad_input("camera_info_rejected", f"camera_info skipped: K={k}, size {msg.width}x{msg.height}")
             return

@@ -267,9 +267,12 @@ class MapNode(LifecycleNode):
         return params.on_set(self, parameters)
 
     def apply_live(self, cfg: params.NodeSettings) -> None:
-        """New values of the node's LIVE parameters (already validated)."""
+        """New values of the node's parameters (validated; only LIVE ones may differ while
+        active): take effect now where the node is configured, else at configure."""
         periods = (self.cfg.diagnostics_period_s, self.cfg.map_publish_period_s)
         self.cfg = cfg
+        if self.path is None:   # not configured: configure reads them
+            return
         self.path.max_length = cfg.path_max_length
         if periods != (cfg.diagnostics_period_s, cfg.map_publish_period_s):
             self._start_timers()

@@ -64,7 +64,7 @@ def diagnostic_array(stamp, name: str, hardware_id: str, snapshot: MapperSnapsho
         "frames_dropped": str(inputs["dropped"]),
         "frames_rejected": str(inputs["rejected"] + snapshot.rejected),
         "frames_failed": str(snapshot.failed),
-        "camera_info_rejected": str(inputs["camera_info_rejected"]),
+        "frames_camera_info_rejected": str(inputs["camera_info_rejected"]),
         "stream_restarts": str(snapshot.restarts),
         "last_error": counters.last_error,
         **extra,
