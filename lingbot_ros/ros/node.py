@@ -40,6 +40,7 @@ from lingbot_ros.ros.diagnostics import Counters, diagnostic_array
 from lingbot_ros.ros.image_codec import ImageDecodeError, compressed_to_rgb, fill_image, image_to_rgb
 from lingbot_ros.ros.qos import LATCHED_QOS, OUTPUT_QOS, input_qos
 from lingbot_ros.ros.tf import make_tf_output
+from lingbot_ros.ros.topics import input_topics
 from lingbot_ros.ros.tracker import STATE_NAMES, CacheNumbers, InputFrame, Tracker
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
@@ -234,20 +235,21 @@ class MapNode(LifecycleNode):
                 lambda: self._do_save_map("")["message"]), callback_group=group))
 
     def _image_topic(self) -> str:
-        return "~/image/compressed" if self.cfg.image_transport == "compressed" else "~/image"
+        return input_topics(self, self.cfg.image_transport, self.cfg.use_camera_info).image
 
     def _subscribe(self) -> None:
         qos = input_qos(self.cfg.image_qos, self.cfg.image_qos_depth)
+        topics = input_topics(self, self.cfg.image_transport, self.cfg.use_camera_info)
         if self.cfg.image_transport == "compressed":
             self._input_subscriptions.append(self.create_subscription(
-                CompressedImage, "~/image/compressed", self._on_compressed, qos,
+                CompressedImage, topics.image, self._on_compressed, qos,
                 callback_group=self._image_group))
         else:
             self._input_subscriptions.append(self.create_subscription(
-                Image, "~/image", self._on_image, qos, callback_group=self._image_group))
-        if self.cfg.use_camera_info:
+                Image, topics.image, self._on_image, qos, callback_group=self._image_group))
+        if topics.camera_info is not None:
             self._input_subscriptions.append(self.create_subscription(
-                CameraInfo, "~/camera_info", self._on_camera_info,
+                CameraInfo, topics.camera_info, self._on_camera_info,
                 input_qos(self.cfg.camera_info_qos, self.cfg.camera_info_qos_depth),
                 callback_group=self._image_group))
 
