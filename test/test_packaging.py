@@ -94,8 +94,16 @@ def test_cmake_install_lays_out_a_ros_workspace_package(tmp_path):
     if not (prefix / "share" / "ament_cmake" / "cmake").is_dir():
         pytest.skip(f"ament_cmake not in {prefix} (requirements-interfaces*.txt bring it)")
     env = dict(os.environ, AMENT_PREFIX_PATH=str(prefix), CMAKE_PREFIX_PATH=str(prefix))
+    # A workspace's src/ copy: with the venv inside the checkout (.venv), CMake would refuse the
+    # venv's numpy include folder as a path "in the source directory".
+    source = tmp_path / "src" / "lingbot_ros"
+    for name in ("CMakeLists.txt", "package.xml"):
+        source.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, source / name)
+    for name in ("lingbot_ros", "launch", "config", "rviz", "libexec", "msg", "srv"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     build, install = tmp_path / "build", tmp_path / "install"
-    for cmd in (["cmake", "-S", str(REPO), "-B", str(build), "-DBUILD_TESTING=OFF",
+    for cmd in (["cmake", "-S", str(source), "-B", str(build), "-DBUILD_TESTING=OFF",
                  f"-DCMAKE_INSTALL_PREFIX={install}", f"-DPython3_EXECUTABLE={sys.executable}"],
                 ["cmake", "--build", str(build), "-j", "2"], ["cmake", "--install", str(build)]):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
