@@ -5,16 +5,27 @@ from setuptools import find_packages, setup
 
 package_name = "lingbot_ros"
 
-ros = [
+# The pinned ROS 2 wheels of one distro each, as in requirements-ros.txt (Kilted, the venv set-up's
+# default) and requirements-ros-jazzy.txt (test/test_packaging.py keeps them equal).
+ros_kilted = [
     "ros-kilted-rclpy[fastrtps]==9.1.2",
     "ros-kilted-std-msgs==5.5.1",
     "ros-kilted-sensor-msgs==5.5.1",
     "ros-kilted-geometry-msgs==5.5.1",
     "ros-kilted-nav-msgs==5.5.1",
-    "ros-kilted-visualization-msgs==5.5.1",
     "ros-kilted-diagnostic-msgs==5.5.1",
     "ros-kilted-std-srvs==5.5.1",
     "ros-kilted-rosgraph-msgs==2.3.0",
+]
+ros_jazzy = [
+    "ros-jazzy-rclpy[fastrtps]==7.1.6",
+    "ros-jazzy-std-msgs==5.3.6",
+    "ros-jazzy-sensor-msgs==5.3.6",
+    "ros-jazzy-geometry-msgs==5.3.6",
+    "ros-jazzy-nav-msgs==5.3.6",
+    "ros-jazzy-diagnostic-msgs==5.3.6",
+    "ros-jazzy-std-srvs==5.3.6",
+    "ros-jazzy-rosgraph-msgs==2.0.3",
 ]
 
 setup(
@@ -26,6 +37,7 @@ setup(
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.py")),
         ("share/" + package_name + "/config", glob("config/*")),
+        ("share/" + package_name + "/rviz", glob("rviz/*")),
         ("share/" + package_name + "/msg", glob("msg/*.msg")),
         ("share/" + package_name + "/srv", glob("srv/*.srv")),
         # launch_ros looks for executables in <prefix>/lib/<package>, pip puts scripts in bin/.
@@ -36,7 +48,8 @@ setup(
     install_requires=["numpy", "pillow", "opencv-python-headless", "simplejpeg", "rosbags",
                       "torch>=2.4"],
     extras_require={
-        "ros": ros,
+        "ros": ros_kilted,
+        "ros-jazzy": ros_jazzy,
         "gpu": ["flashinfer-python==0.7.4"],
         "test": ["pytest", "pytest-timeout", "hypothesis"],
     },

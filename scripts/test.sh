@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (idempotent), then pytest. Extra arguments go to pytest.
+# The whole test suite: set up (idempotent), install the test-only launch packages, then pytest.
+# Extra arguments go to pytest. ROS_DISTRO=jazzy tests the Jazzy venv (scripts/distro.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. scripts/distro.sh
 bash scripts/setup.sh
-. .venv/env.sh
+bash scripts/test_deps.sh "$venv"
+. "$venv/env.sh"
 exec python -m pytest "$@"

@@ -1,23 +1,35 @@
-"""The node's input topic names, derived from one remappable name as image_transport does.
+"""The input topics of map_node, all derived from one name, as image_transport derives them.
 
-Remapping ``image`` alone is enough: the raw subscription is the resolved ``~/image``, the
-compressed one ``<resolved image topic>/compressed``, camera_info the sibling ``camera_info``
-of the image topic (``/cam/image_raw`` -> ``/cam/camera_info``).
+Remapping ``~/image`` alone moves every input: the compressed stream is ``<image>/compressed`` and
+camera_info is the sibling ``camera_info`` of the image topic (/cam/image_raw -> /cam/camera_info),
+the names camera drivers and image_transport use. The names returned are resolved (absolute,
+remaps applied); creating a subscription applies the remap rules once more, as image_transport's
+does, so a rule for a full derived name (``-r /map_node/image/compressed:=/cam/compressed``) works.
 """
 from __future__ import annotations
 
 import dataclasses
-import posixpath
+
+IMAGE_TOPIC = "~/image"
+IMAGE_TRANSPORTS = ("raw", "compressed")
 
 
 @dataclasses.dataclass(frozen=True)
 class InputTopics:
-    image: str                 # the topic the image subscription uses
-    camera_info: str | None    # None without use_camera_info
+    image: str                 # the subscribed image topic: the raw one, or <raw>/compressed
+    camera_info: str | None    # None when camera_info is not used
+
+
+def camera_info_topic(image_topic: str) -> str:
+    """The camera_info beside a resolved image topic: /cam/image_raw -> /cam/camera_info."""
+    namespace = image_topic.rsplit("/", 1)[0]
+    return f"{namespace}/camera_info"
 
 
 def input_topics(node, image_transport: str, use_camera_info: bool) -> InputTopics:
-    raw = node.resolve_topic_name("~/image")
-    image = raw + "/compressed" if image_transport == "compressed" else raw
-    camera_info = posixpath.join(posixpath.dirname(raw), "camera_info") if use_camera_info else None
-    return InputTopics(image=image, camera_info=camera_info)
+    """Topics to subscribe for ``node`` (an rclpy Node, whose remap rules apply)."""
+    if image_transport not in IMAGE_TRANSPORTS:
+        raise ValueError(f"image_transport {image_transport!r}: use one of {', '.join(IMAGE_TRANSPORTS)}")
+    raw = node.resolve_topic_name(IMAGE_TOPIC)
+    image = f"{raw}/compressed" if image_transport == "compressed" else raw
+    return InputTopics(image=image, camera_info=camera_info_topic(raw) if use_camera_info else None)
