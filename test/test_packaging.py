@@ -21,7 +21,8 @@ VIEWED_TOPICS = {"/map_node/pose", "/map_node/path", "/map_node/map", "/map_node
                  "/map_node/depth/image"}
 # Python modules that are not ROS packages, by their rosdep keys.
 ROSDEP_KEYS = {"numpy": "python3-numpy", "PIL": "python3-pil", "cv2": "python3-opencv",
-               "yaml": "python3-yaml", "torch": "python3-pytorch-pip", "rosbags": "python3-rosbags-pip"}
+               "yaml": "python3-yaml", "torch": "python3-pytorch-pip", "rosbags": "python3-rosbags-pip",
+               "simplejpeg": "python3-simplejpeg-pip"}
 # Declared but not imported by name: rclpy.lifecycle needs lifecycle_msgs, and generated
 # interfaces need rosidl_default_runtime.
 INDIRECT_DEPENDS = {"lifecycle_msgs", "rosidl_default_runtime"}
