@@ -1,6 +1,8 @@
 """~/status (MapStatus) and /diagnostics from one Mapper snapshot plus the node's input counters."""
 from __future__ import annotations
 
+import threading
+
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from lingbot_ros.mapping.records import STATE_NAMES, MapperSnapshot
@@ -66,6 +68,11 @@ def diagnostic_array(stamp, name: str, hardware_id: str, snapshot: MapperSnapsho
         "frames_failed": str(snapshot.failed),
         "frames_camera_info_rejected": str(inputs["camera_info_rejected"]),
         "stream_restarts": str(snapshot.restarts),
+        "window": str(snapshot.window),
+        "window_scale": f"{snapshot.window_scale:.6g}",
+        "window_overlap_error": f"{snapshot.window_overlap_error:.4g}",
+        # A leak of workers across lifecycle cycles would show here (it must stay 1 or 0).
+        "worker_threads": str(sum(t.name == "lingbot_worker" and t.is_alive() for t in threading.enumerate())),
         "last_error": counters.last_error,
         **extra,
     }
