@@ -35,3 +35,32 @@ def test_waiting_for_subscribers_in_vain_is_announced(shared_dir):
 def test_a_folder_without_metadata_is_refused(tmp_path):
     done = run_replay(str(tmp_path))
     assert done.returncode == 2 and "is not a rosbag2" in done.stderr
+
+
+def test_bad_pacing_and_qos_options_are_refused(tmp_path):
+    for args, message in ((["--max-lead", "0"], "--max-lead must be >= 1"),
+                          (["--node-timeout", "0"], "--node-timeout must be > 0"),
+                          (["--hold", "-1"], "--hold must be >= 0"),
+                          (["--qos-override", "/tf_static:=fast"], "--qos-override expects PRESET or TOPIC:=PRESET")):
+        done = run_replay(str(tmp_path), *args)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+
+
+def test_waiting_for_a_node_that_sends_no_status_fails(shared_dir):
+    bag = shared_dir / "data" / "courthouse_bag"
+    if not bag.is_dir():
+        pytest.skip(f"{bag} is absent")
+    done = run_replay(str(bag), "--wait-for-node", "/nobody", "--node-timeout", "0.5")
+    assert done.returncode == 1
+    assert "no status on /nobody/status within 0.5 s" in done.stderr
+
+
+def test_waiting_for_a_node_without_the_generated_interfaces_says_what_to_build(tmp_path):
+    # A None entry in sys.modules makes `from lingbot_ros.msg import MapStatus` fail as it does
+    # when the interfaces were never generated.
+    code = ("import sys; sys.modules['lingbot_ros.msg'] = None; from lingbot_ros.tools.replay import main; "
+            f"sys.exit(main([{str(tmp_path)!r}, '--wait-for-node', '/map_node']))")
+    (tmp_path / "metadata.yaml").write_text("")
+    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "OFF"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "run scripts/setup.sh" in done.stderr, done.stderr

@@ -1,20 +1,39 @@
 """lingbot-ros-replay: publish a rosbag2 (mcap or sqlite3) with its original timing, without ROS.
 
   lingbot-ros-replay BAG [--rate 2] [--loop] [--start 5] [--duration 10] \
-      [--remap /camera/image_raw/compressed:=/map_node/image/compressed] [--clock]
+      [--remap /camera/image_raw/compressed:=/map_node/image/compressed] [--clock] \
+      [--qos-override /tf_static:=latched] [--hold 30] [--wait-for-node /map_node --max-lead 10]
 
 Messages are published as the bag's raw CDR bytes (no deserialisation), each at
 ``wall_start + (t - t_first) / rate``, t being the bag's receive time. With --clock, /clock
 (rosgraph_msgs/Clock) carries the bag time, for nodes run with use_sim_time. ``ros2 bag play``
 is not available from PyPI; this covers what the node's tests, demos and benchmarks need.
+
+Each topic is offered the QoS it was recorded with (see replay_qos.py), else --qos;
+--qos-override forces a preset. Latched (transient-local) messages reach late subscribers only
+while the player runs: --hold keeps it alive after the last message. --wait-for-node holds the
+images back while the node has more than --max-lead of them unaccounted for (replay_pacing.py);
+the playback clock pauses meanwhile.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
+import threading
 import time
 from pathlib import Path
+
+import rclpy
+from rclpy.duration import Duration
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import HistoryPolicy, ReliabilityPolicy
+from rosbags.rosbag2 import Reader
+from rosgraph_msgs.msg import Clock
+
+from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
+from lingbot_ros.tools.replay_qos import PRESETS, describe, parse_overrides, preset, recorded_profile
 
 CLOCK_PERIOD_S = 0.01   # /clock is refreshed at 100 Hz while waiting for the next message
 ACK_TIMEOUT_S = 10.0    # at the end, how long reliable subscribers get to acknowledge
@@ -47,22 +66,56 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--remap", action="append", default=[], metavar="OLD:=NEW",
                         help="publish topic OLD as NEW (repeatable)")
     parser.add_argument("--clock", action="store_true", help="publish /clock with the bag time")
-    parser.add_argument("--qos", choices=("reliable", "sensor_data"), default="reliable",
-                        help="publisher QoS (default reliable: matches every subscriber)")
-    parser.add_argument("--depth", type=int, default=10, help="publisher history depth")
+    parser.add_argument("--qos", choices=PRESETS, default="reliable",
+                        help="QoS of topics the bag recorded no QoS for (default reliable: matches "
+                             "every volatile subscriber; latched = reliable + transient-local)")
+    parser.add_argument("--qos-override", action="append", default=[], metavar="[TOPIC:=]PRESET",
+                        help=f"offer PRESET ({', '.join(PRESETS)}) instead of the recorded QoS, "
+                             "on TOPIC (the bag's name) or on every topic (repeatable)")
+    parser.add_argument("--depth", type=int, default=10,
+                        help="history depth of the reliable and latched presets (default 10)")
     parser.add_argument("--wait-for-subscribers", type=float, default=0.0, metavar="S",
                         help="wait up to S seconds until every topic (and /clock with --clock) has a subscriber")
+    parser.add_argument("--hold", type=float, default=0.0, metavar="S",
+                        help="keep the publishers alive S seconds after the last message, for "
+                             "late subscribers of latched topics (inf: until Ctrl-C)")
+    parser.add_argument("--wait-for-node", default=None, metavar="NODE",
+                        help="pace the images by NODE's lingbot_ros/MapStatus on NODE/status "
+                             "(e.g. /map_node): lossless replay for process_all_frames")
+    parser.add_argument("--max-lead", type=int, default=10, metavar="N",
+                        help="with --wait-for-node: at most N images unaccounted for (default 10)")
+    parser.add_argument("--node-timeout", type=float, default=60.0, metavar="S",
+                        help="with --wait-for-node: give up when NODE has no status or reads no "
+                             "image topic after S seconds, or is silent S seconds while the player "
+                             "waits for it (default 60)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
 
 
+def _check_args(args) -> str | None:
+    """The first usage error in ``args``, or None."""
+    if args.rate <= 0:
+        return "--rate must be > 0"
+    if args.depth < 1:
+        return "--depth must be >= 1"
+    if args.hold < 0:
+        return "--hold must be >= 0"
+    if args.max_lead < 1:
+        return "--max-lead must be >= 1 (the node must be allowed one image in flight)"
+    if args.node_timeout <= 0:
+        return "--node-timeout must be > 0"
+    return None
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.rate <= 0:
-        print("lingbot-ros-replay: --rate must be > 0", file=sys.stderr)
+    error = _check_args(args)
+    if error is not None:
+        print(f"lingbot-ros-replay: {error}", file=sys.stderr)
         return 2
     try:
         remaps = parse_remaps(args.remap)
+        overrides = parse_overrides(args.qos_override)
     except ValueError as error:
         print(f"lingbot-ros-replay: {error}", file=sys.stderr)
         return 2
@@ -73,16 +126,22 @@ def main(argv=None) -> int:
         print(f"lingbot-ros-replay: {args.bag} is not a rosbag2 (no metadata.yaml)", file=sys.stderr)
         return 2
 
-    import rclpy
-    from rclpy.duration import Duration
-    from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-    from rosbags.rosbag2 import Reader
-    from rosgraph_msgs.msg import Clock
-
-    rclpy.init(args=None)
-    node = rclpy.create_node("lingbot_replay")
-    qos = (QoSProfile(depth=args.depth, reliability=ReliabilityPolicy.RELIABLE)
-           if args.qos == "reliable" else qos_profile_sensor_data)
+    status_type = None
+    if args.wait_for_node:
+        try:
+            from lingbot_ros.msg import MapStatus as status_type
+        except ImportError:
+            print("lingbot-ros-replay: --wait-for-node needs the lingbot_ros interfaces "
+                  "(lingbot_ros.msg.MapStatus), which are not built: run scripts/setup.sh",
+                  file=sys.stderr)
+            return 2
+    # Not sys.argv: rcl would read this tool's OLD:=NEW and TOPIC:=PRESET values as remap rules.
+    rclpy.init(args=[])
+    node = rclpy.create_node("lingbot_replay", start_parameter_services=False)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    # Spins only the --wait-for-node status subscription; publishing stays on this thread.
+    spinner = threading.Thread(target=executor.spin, daemon=True)
     try:
         with Reader(bag) as reader:
             connections = [c for c in reader.connections
@@ -90,12 +149,21 @@ def main(argv=None) -> int:
             if not connections:
                 print(f"lingbot-ros-replay: no matching topics in {bag}", file=sys.stderr)
                 return 2
-            publishers = {}
-            for connection in connections:
-                topic = remaps.get(connection.topic, connection.topic)
-                publishers[connection.id] = node.create_publisher(
-                    message_class(connection.msgtype), topic, qos)
-            clock_pub = node.create_publisher(Clock, "/clock", 10) if args.clock else None
+            publishers, clock_pub = _create_publishers(node, connections, remaps, overrides, args)
+            pacer, paced_ids = None, frozenset()
+            if status_type is not None:
+                images = {c.id: remaps.get(c.topic, c.topic) for c in connections
+                          if c.msgtype in IMAGE_TYPES}
+                if not images:
+                    print("lingbot-ros-replay: --wait-for-node: none of the selected topics is "
+                          "an image topic", file=sys.stderr)
+                    return 2
+                pacer = NodePacing(node, status_type, args.wait_for_node, args.max_lead,
+                                   args.node_timeout)
+                spinner.start()
+                # Only the image topics the node reads are paced: others would never be counted.
+                paced = pacer.paced_topics(node, {images[i]: publishers[i] for i in images})
+                paced_ids = frozenset(i for i, topic in images.items() if topic in paced)
             # /clock counts too: a use_sim_time node that misses the first clock ticks stalls.
             waited = list(publishers.values()) + ([clock_pub] if clock_pub else [])
             if args.wait_for_subscribers > 0 and not _wait_for_subscribers(waited, args.wait_for_subscribers):
@@ -105,7 +173,8 @@ def main(argv=None) -> int:
             t_end = t0 + int(args.duration * 1e9) if args.duration is not None else None
             count = 0
             while True:
-                played = _play_once(reader, connections, publishers, clock_pub, t0, t_end, args)
+                played = _play_once(reader, connections, publishers, clock_pub, t0, t_end, args,
+                                    pacer, paced_ids)
                 count += played
                 if played == 0:
                     # Also ends --loop: an empty range would otherwise spin forever.
@@ -119,14 +188,59 @@ def main(argv=None) -> int:
             if not all(p.wait_for_all_acked(Duration(seconds=ACK_TIMEOUT_S)) for p in waited):
                 print(f"lingbot-ros-replay: warning: not every subscriber acknowledged the last "
                       f"messages within {ACK_TIMEOUT_S:g} s", file=sys.stderr, flush=True)
+            if pacer is not None:
+                pacer.wait_until_caught_up()
             if not args.quiet:
                 print(f"lingbot-ros-replay: published {count} messages", flush=True)
+                if pacer is not None:
+                    print(f"lingbot-ros-replay: waited {pacer.waited_s:.2f} s in total for "
+                          f"{pacer.target} to keep up", flush=True)
+            _hold(args.hold, args.quiet)
+    except NodeNotKeepingUpError as error:
+        print(f"lingbot-ros-replay: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         pass
     finally:
+        executor.shutdown(timeout_sec=1.0)
+        if spinner.is_alive():   # a node destroyed under a spinning executor aborts the process
+            spinner.join(5.0)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
+
+
+def _create_publishers(node, connections, remaps, overrides, args):
+    """One publisher per connection, each with the QoS of ``_choose_qos``; and /clock's."""
+    publishers = {}
+    for connection in connections:
+        topic = remaps.get(connection.topic, connection.topic)
+        qos, source = _choose_qos(connection, overrides, args)
+        if not args.quiet:
+            print(f"lingbot-ros-replay: {topic}: {describe(qos)} ({source})", flush=True)
+        publishers[connection.id] = node.create_publisher(message_class(connection.msgtype), topic, qos)
+    clock_pub = node.create_publisher(Clock, "/clock", 10) if args.clock else None
+    return publishers, clock_pub
+
+
+def _choose_qos(connection, overrides, args):
+    """(profile, where it came from): an override, else the recorded offers, else --qos; image
+    topics paced by --wait-for-node are made reliable keep-all, so no image is overwritten."""
+    every, per_topic = overrides
+    name = per_topic.get(connection.topic, every)
+    if name is not None:
+        return preset(name, args.depth), f"--qos-override {name}"
+    fallback = preset(args.qos, args.depth)
+    offers = connection.ext.offered_qos_profiles
+    qos = recorded_profile(offers, fallback)
+    if qos is None:
+        qos, source = fallback, f"--qos {args.qos}: none recorded"
+    else:
+        source = "recorded" if len(offers) == 1 else f"recorded by {len(offers)} publishers"
+    if args.wait_for_node and connection.msgtype in IMAGE_TYPES:
+        qos.reliability, qos.history = ReliabilityPolicy.RELIABLE, HistoryPolicy.KEEP_ALL
+        source += ", reliable keep_all for --wait-for-node"
+    return qos, source
 
 
 def _wait_for_subscribers(publishers, timeout_s: float) -> bool:
@@ -139,15 +253,25 @@ def _wait_for_subscribers(publishers, timeout_s: float) -> bool:
     return True
 
 
-def _publish_clock(clock_pub, bag_ns: int) -> None:
-    from rosgraph_msgs.msg import Clock
+def _hold(hold_s: float, quiet: bool) -> None:
+    """Keep the publishers (and what latched topics hold) alive; Ctrl-C ends it early."""
+    if hold_s <= 0:
+        return
+    if not quiet:
+        forever = "until interrupted" if math.isinf(hold_s) else f"for {hold_s:g} s"
+        print(f"lingbot-ros-replay: holding the publishers {forever}", flush=True)
+    deadline = time.monotonic() + hold_s
+    while time.monotonic() < deadline:
+        time.sleep(min(1.0, deadline - time.monotonic()))
 
+
+def _publish_clock(clock_pub, bag_ns: int) -> None:
     msg = Clock()
     msg.clock.sec, msg.clock.nanosec = divmod(bag_ns, 10**9)
     clock_pub.publish(msg)
 
 
-def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args) -> int:
+def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args, pacer, paced_ids) -> int:
     wall0 = time.monotonic()
     count = 0
     for connection, timestamp, rawdata in reader.messages(connections=connections, start=t0,
@@ -161,9 +285,16 @@ def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args) -> i
                 now_bag = t0 + int((time.monotonic() - wall0) * args.rate * 1e9)
                 _publish_clock(clock_pub, min(now_bag, timestamp))
             time.sleep(min(remaining, CLOCK_PERIOD_S) if clock_pub else remaining)
+        paced = connection.id in paced_ids
+        if paced:
+            # The playback clock stands still while the node catches up: the rest of the
+            # schedule moves by the wait, so /clock resumes where it stopped.
+            wall0 += pacer.before_image()
         if clock_pub is not None:
             _publish_clock(clock_pub, timestamp)
         publishers[connection.id].publish(bytes(rawdata))
+        if paced:
+            pacer.image_published()
         count += 1
     return count
 
