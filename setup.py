@@ -62,7 +62,7 @@ setup(
         "console_scripts": [
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",
             "lingbot-ros-fixture = lingbot_ros.tools.fixture:main",
-            "lingbot-ros-node = lingbot_ros.ros.node:main",
+            "lingbot-ros-node = lingbot_ros.ros.main:main",
             "lingbot-ros-replay = lingbot_ros.tools.replay:main",
             "lingbot-ros-camera = lingbot_ros.tools.camera:main",
             "lingbot-ros-demo = lingbot_ros.tools.run_demo:main",

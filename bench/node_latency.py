@@ -106,7 +106,7 @@ def node_params(args) -> list[str]:
 
 def start_node(args, env) -> subprocess.Popen:
     params = node_params(args)
-    command = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args"]
+    command = [sys.executable, "-m", "lingbot_ros.ros.main", "--ros-args"]
     for p in params:
         command += ["-p", p]
     log = open(args.node_log, "w") if args.node_log else subprocess.DEVNULL

@@ -110,7 +110,7 @@ class Ros:
                 "num_scale_frames:=3", "sliding_window:=4", "image_width:=112", "device:=cpu",
                 "image_transport:=compressed", "diagnostics_period_s:=0.5", "warmup:=false",
                 f"autostart:={'true' if autostart else 'false'}"]
-        args = ["-m", "lingbot_ros.ros.node", "--ros-args", "-r", f"/map_node/image/compressed:={BAG_TOPIC}"]
+        args = ["-m", "lingbot_ros.ros.main", "--ros-args", "-r", f"/map_node/image/compressed:={BAG_TOPIC}"]
         for p in base + list(params):
             args += ["-p", p]
         return self.start("map_node", args)

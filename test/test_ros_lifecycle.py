@@ -99,6 +99,7 @@ STATES = ("unconfigured", "inactive", "active", "initialising", "inference")
 def test_a_signal_in_every_state_exits_0_without_a_traceback(ros, tiny, shared_dir, state, signum):  # noqa: F811
     fixture, _ = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "num_scale_frames:=3", autostart=False)
+    assert ros.state() == "unconfigured"      # the node is up (a signal before that is not ours)
     if state != "unconfigured":
         ros.transition(T.TRANSITION_CONFIGURE, "inactive")
     if state in ("active", "initialising", "inference"):

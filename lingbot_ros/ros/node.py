@@ -9,7 +9,7 @@ Lifecycle (rclpy.lifecycle):
               announced restart through max_stamp_gap_s).
   deactivate  unsubscribe; frames still waiting are dropped and counted. The Mapper is kept.
   cleanup     stop the worker, free the model and its memory (CUDA cache emptied).
-With ``autostart`` (default) main() configures and activates at start-up.
+With ``autostart`` (default) ros/main.py configures and activates at start-up.
 
 Threads: image callbacks (one mutually exclusive group) decode and hand frames to the worker;
 service callbacks (another group) queue work to the worker and wait for it; the worker is the
@@ -18,17 +18,11 @@ only thread that touches the Mapper; status and diagnostics read its immutable s
 from __future__ import annotations
 
 import gc
-import signal
-import sys
-import threading
 import time
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
-from rclpy.signals import SignalHandlerOptions
 
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
@@ -217,16 +211,17 @@ class MapNode(LifecycleNode):
         return "" if label == "active" else {
             "inactive": "inactive: the stream is paused and resumes where it stopped at activate"}.get(label, label)
 
-    def status_message(self):
-        snapshot = self.mapper.snapshot
+    def status_message(self, mapper=None):
+        snapshot = (mapper or self.mapper).snapshot
         stamp = snapshot.last_source or self.get_clock().now().to_msg()
         return fill_status(MapStatus(), snapshot, self.counters.snapshot(), self.counters, stamp,
                            self.cfg.map_frame, self.lifecycle_text())
 
     def publish_status(self) -> None:
-        outputs = self.outputs
-        if outputs is not None and outputs.status is not None and self.mapper is not None and self.context.ok():
-            outputs.status.publish(self.status_message())
+        # Any thread; references taken once, since cleanup may clear them meanwhile.
+        outputs, mapper = self.outputs, self.mapper
+        if outputs is not None and outputs.status is not None and mapper is not None and self.context.ok():
+            outputs.status.publish(self.status_message(mapper))
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -241,20 +236,21 @@ class MapNode(LifecycleNode):
                                                       callback_group=group))
 
     def _on_diagnostics_timer(self) -> None:
-        mapper = self.mapper
-        if mapper is None:
+        mapper, outputs = self.mapper, self.outputs
+        if mapper is None or outputs is None:
             return
         extra = {"camera_info": self.inputs.camera_info_k if self.inputs else ""} if self.cfg.use_camera_info else {}
         extra["model"] = self.bundle.description + (" (RANDOM WEIGHTS: not a map)"
                                                     if self.bundle.random_weights else "")
-        self.outputs.diagnostics.publish(diagnostic_array(
+        outputs.diagnostics.publish(diagnostic_array(
             self.get_clock().now().to_msg(), f"{self.get_name()}: LingBot-Map", self.get_fully_qualified_name(),
             mapper.snapshot, self.counters, self.bundle.device, self.lifecycle_text(), extra))
         self.publish_status()
 
     def _on_map_timer(self) -> None:
-        if self.worker is not None and self.outputs.map.get_subscription_count():
-            self.worker.submit(self.publish_map)
+        worker, outputs = self.worker, self.outputs
+        if worker is not None and outputs is not None and outputs.map.get_subscription_count():
+            worker.submit(self.publish_map)
 
     def publish_map(self) -> None:
         xyz, rgb = self.mapper.map_points()
@@ -276,47 +272,3 @@ class MapNode(LifecycleNode):
         self.path.max_length = cfg.path_max_length
         if periods != (cfg.diagnostics_period_s, cfg.map_publish_period_s):
             self._start_timers()
-
-
-def main(args=None) -> int:
-    """Run map_node until SIGINT or SIGTERM; exit 0 on either, in every lifecycle state."""
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    node = MapNode()
-    executor = MultiThreadedExecutor(num_threads=4)
-    executor.add_node(node)
-    stop = threading.Event()
-    starting = [True]
-
-    def on_signal(signum, frame):
-        stop.set()
-        if starting[0]:   # interrupt a start-up that is still loading or warming up
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    code = 0
-    try:
-        if node.get_parameter("autostart").value:
-            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-                node.get_logger().fatal("autostart: configure failed (see above); exiting")
-                code = 1
-            elif node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
-                node.get_logger().fatal("autostart: activate failed (see above); exiting")
-                code = 1
-        starting[0] = False
-        while code == 0 and not stop.is_set():
-            executor.spin_once(timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        starting[0] = False
-        # The worker stops first, while the context is still valid for its last publish.
-        node.release()
-        executor.shutdown(timeout_sec=5.0)
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

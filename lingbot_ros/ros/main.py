@@ -1,0 +1,63 @@
+"""lingbot-ros-node: run map_node until SIGINT or SIGTERM (the executable launch_ros starts)."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.signals import SignalHandlerOptions
+
+from lingbot_ros.ros.node import MapNode
+
+
+def main(args=None) -> int:
+    """Run map_node until SIGINT or SIGTERM; exit 0 on either, in every lifecycle state."""
+    stop = threading.Event()
+    starting = [True]
+
+    def on_signal(signum, frame):
+        stop.set()
+        if starting[0]:   # interrupt a start-up that is still loading or warming up
+            raise KeyboardInterrupt
+
+    # Installed before anything ROS starts: rclpy's own handler would shut the context down under
+    # the worker's feet (it then published into a dead context: a traceback at every Ctrl-C).
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    node = executor = None
+    code = 0
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        node = MapNode()
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        if node.get_parameter("autostart").value:
+            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                node.get_logger().fatal("autostart: configure failed (see above); exiting")
+                code = 1
+            elif node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+                node.get_logger().fatal("autostart: activate failed (see above); exiting")
+                code = 1
+        starting[0] = False
+        while code == 0 and not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        starting[0] = False
+        if node is not None and node.worker is not None:
+            node.worker.inbox.close()   # an image callback waiting for queue space returns
+        if executor is not None:
+            executor.shutdown(timeout_sec=5.0)   # waits for the callbacks still running
+        if node is not None:
+            node.release()   # the worker stops while the context is valid for its last publish
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
