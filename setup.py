@@ -66,6 +66,7 @@ setup(
             "lingbot-ros-replay = lingbot_ros.tools.replay:main",
             "lingbot-ros-camera = lingbot_ros.tools.camera:main",
             "lingbot-ros-demo = lingbot_ros.tools.run_demo:main",
+            "lingbot-ros-prebuild = lingbot_ros.tools.prebuild:main",
         ],
     },
 )

@@ -111,6 +111,8 @@ class LiveWindows:
             self._align()
             ready, self.head = self.head, []
         else:
+            if self.similarity.scale.device != raw.pose_enc.device:   # window 0's identity, made before
+                self.similarity = Similarity.identity(raw.pose_enc.device)   # any result told the device
             ready = [(pending, raw)]
         placed = [(p, warp_frame(r, self.similarity)) for p, r in ready]
         self.tail.extend(result for _, result in placed)

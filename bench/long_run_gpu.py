@@ -1,0 +1,135 @@
+"""Long-run benchmark of the Mapper (issue: for as long as the robot drives): frame time, memory and
+window switches over a long stream with the long-run policy (windowed by default).
+
+The whole mapping pipeline per frame, as the node's worker runs it: preprocessing of a uint8
+camera image, the model step (CUDA graphs), window alignment and warp, pose placement, map
+insertion of keyframe points (map_points_stride, on the CPU). Random weights of the released
+architecture (speed and memory only), a synthetic smooth image sequence cycled.
+
+    python bench/long_run_gpu.py                                   # 20,000 frames, live defaults
+    python bench/long_run_gpu.py --frames 3000 --window-size 64 --overlap-size 16
+    python bench/long_run_gpu.py --preset tiny --device cpu --image-size 112x84 --frames 60 \\
+        --window-size 10 --overlap-size 4 --num-scale-frames 3 --scale-frames 3 --sliding-window 4  # smoke
+
+Frame time = ``Mapper.process`` wall time (it waits for the device before placing the outputs).
+Writes per-frame times (.npy) and a summary (.json) to --out, and prints the summary table. A
+"switch" frame is one that started a window: its time includes the re-run of the overlap.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
+
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.mapper import Mapper  # noqa: E402
+from lingbot_ros.mapping.records import InputFrame  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings, parse_image_size  # noqa: E402
+
+
+def synthetic_images(count: int, width: int, height: int) -> list[np.ndarray]:
+    """A smooth moving colour pattern (uint8 RGB camera images), never all zeros."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32) / max(width, height)
+    frames = []
+    for i in range(count):
+        t = i / 30.0
+        rgb = np.stack([np.sin(2 * math.pi * (6 * x + 0.5 * t)), np.sin(2 * math.pi * (5 * y - 0.3 * t)),
+                        np.sin(2 * math.pi * (4 * (x + y) + 0.2 * t))], axis=-1)
+        frames.append((128 + 100 * rgb).astype(np.uint8))
+    return frames
+
+
+def segment_median(times: np.ndarray, start: int, end: int, keep: np.ndarray) -> float:
+    part = times[start:end][keep[start:end]]
+    return float(np.median(part)) if part.size else float("nan")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=20_000)
+    parser.add_argument("--preset", default="lingbot-map", help="model preset or JSON (model_config)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--image-size", default="518x378", help="camera image WxH (model input at width 518)")
+    parser.add_argument("--out", type=Path, default=Path("out/long_run"))
+    parser.add_argument("--progress-every", type=int, default=1000)
+    defaults = MapperSettings()
+    for name in ("window_size", "overlap_size", "num_scale_frames", "scale_frames", "sliding_window"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    parser.add_argument("--long-run-policy", default=defaults.long_run_policy)
+    parser.add_argument("--image-width", type=int, default=defaults.image_width)
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("long_run_gpu.py: needs CUDA (or --device cpu with --preset tiny)", file=sys.stderr)
+        return 2
+    width, height = parse_image_size(args.image_size)
+    settings = dataclasses.replace(
+        defaults, model_config=args.preset, device=args.device, image_width=args.image_width,
+        warmup_image_size=args.image_size, long_run_policy=args.long_run_policy, window_size=args.window_size,
+        overlap_size=args.overlap_size, num_scale_frames=args.num_scale_frames, scale_frames=args.scale_frames,
+        sliding_window=args.sliding_window)
+    start = time.perf_counter()
+    bundle = factory.build(settings)
+    mapper = Mapper(settings, bundle)
+    build_s = time.perf_counter() - start
+    warmup_s = mapper.warm_up()
+    print(f"built in {build_s:.1f} s, warm-up {warmup_s:.1f} s ({bundle.description})", flush=True)
+    images = synthetic_images(300, width, height)
+    cuda = args.device.startswith("cuda")
+    times = np.zeros(args.frames)
+    windows = np.zeros(args.frames, np.int64)
+    memory_at: dict[int, int] = {}
+    captures_at: dict[int, int] = {}
+    run_start = time.perf_counter()
+    for i in range(args.frames):
+        frame = InputFrame(rgb=images[i % len(images)], stamp_ns=1_000_000_000 + i * 33_333_333)
+        t0 = time.perf_counter()
+        outcome = mapper.process(frame)
+        times[i] = (time.perf_counter() - t0) * 1e3
+        windows[i] = mapper.snapshot.window
+        if outcome.notices:
+            print(f"frame {i}: " + "; ".join(n.text for n in outcome.notices), flush=True)
+        if i in (1000, 3000) or (i + 1) % args.progress_every == 0 or i == args.frames - 1:
+            memory_at[i + 1] = int(torch.cuda.memory_allocated()) if cuda else 0
+            captures_at[i + 1] = mapper.session.stats()["graph_captures"]
+            recent = times[max(0, i + 1 - args.progress_every):i + 1]
+            print(f"frame {i + 1}/{args.frames}: median {np.median(recent):.2f} ms over the last "
+                  f"{len(recent)}, window {windows[i]}, allocated {memory_at[i + 1] / 2**30:.2f} GiB, "
+                  f"graph captures {captures_at[i + 1]}, {time.perf_counter() - run_start:.0f} s", flush=True)
+    switch = np.zeros(args.frames, bool)
+    switch[1:] = windows[1:] != windows[:-1]
+    steady = ~switch
+    n = args.frames
+    summary = {
+        "command": " ".join(sys.argv), "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__, "description": bundle.description, "build_s": build_s, "warmup_s": warmup_s,
+        "window_frames": settings.window_rule().window_frames, "overlap": settings.window_rule().overlap,
+        "median_100_1000": segment_median(times, 100, 1000, steady),
+        "median_1000_3000": segment_median(times, 1000, 3000, steady),
+        "median_last_2000": segment_median(times, max(0, n - 2000), n, steady),
+        "median_all_steady": float(np.median(times[100:][steady[100:]])) if n > 100 else float("nan"),
+        "p99_all_steady": float(np.percentile(times[100:][steady[100:]], 99)) if n > 100 else float("nan"),
+        "switches": int(switch.sum()),
+        "switch_ms_median": float(np.median(times[switch])) if switch.any() else float("nan"),
+        "switch_ms_max": float(times[switch].max()) if switch.any() else float("nan"),
+        "memory_allocated_at": memory_at, "graph_captures_at": captures_at,
+        "map_points": mapper.snapshot.map_points,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.save(args.out / "frame_ms.npy", times)
+    np.save(args.out / "window.npy", windows)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
