@@ -191,7 +191,7 @@ def test_voxel_map_bounded_keeps_latest_insert(max_points, batch_sizes, seed):
         if len(latest) <= max_points:
             assert latest <= occupied
         else:
-            assert len(vmap) == max_points and occupied <= latest
+            assert len(vmap) >= max_points - max_points // 16 and occupied <= latest
 
 
 def test_voxel_map_storage_stops_growing_at_max_points():
@@ -201,7 +201,7 @@ def test_voxel_map_storage_stops_growing_at_max_points():
     for _ in range(40):
         vmap.insert(rng.uniform(-5, 5, size=(200, 3)), np.zeros((200, 3), np.uint8))
         sizes.append(vmap.nbytes())
-    assert len(vmap) == 500
+    assert 500 - 500 // 16 <= len(vmap) <= 500     # a full map drops a sixteenth at once
     assert sizes[-1] == sizes[10] and sizes[-1] < 500 * 100
 
 

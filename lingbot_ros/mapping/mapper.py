@@ -38,6 +38,7 @@ from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRA
 from .settings import LIVE, MapperSettings, SettingsError
 from .stamps import ACCEPT, DROP, StampPolicy
 from .trajectory import Trajectory
+from .map_builder import MapBuilder
 from .voxel_map import VoxelMap
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class Mapper:
         self.long_run = make_long_run_policy(settings)
         self.windows = (LiveWindows(settings.window_rule(), settings.window_alignment)
                         if settings.long_run_policy == "windowed" else None)
-        self.voxel_map = VoxelMap(settings.map_voxel_size_m, settings.max_map_points)
+        self._map = MapBuilder(VoxelMap(settings.map_voxel_size_m, settings.max_map_points))
         self.trajectory = Trajectory(settings.max_trajectory_poses)
         self._frames_in = 0              # index of the next input frame (since configure)
         self._counts = collections.Counter()
@@ -214,6 +215,11 @@ class Mapper:
         self._publish_snapshot()
         return (f"flushed deferred evictions: {before[0]} frames / {before[1]} pages before, "
                 f"{after[0]} / {after[1]} after")
+
+    @property
+    def voxel_map(self) -> VoxelMap:
+        """The map with every finished keyframe in (waits for the map builder)."""
+        return self._map.map
 
     def apply_live(self, settings: MapperSettings) -> None:
         """New values of LIVE settings (between frames; the others must not change)."""
@@ -373,7 +379,7 @@ class Mapper:
 
     def _merge_points(self) -> None:
         if self._unmerged is not None:
-            self.voxel_map.insert(*self._unmerged)
+            self._map.insert(*self._unmerged)
             self._unmerged = None
 
     def _restart(self, outcome: StepOutcome, reason: str, keep_map: bool) -> None:
@@ -459,6 +465,6 @@ class Mapper:
             init_frames_needed=self.settings.num_scale_frames, processed=self._counts["processed"],
             rejected=self._counts["rejected"], failed=self._counts["failed"],
             restarts=self._counts["restarts"], keyframes=keyframes, cache_pages=pages, cache_bytes=nbytes,
-            model_ms=self._model_ms, map_points=len(self.voxel_map), trajectory_poses=len(self.trajectory),
+            model_ms=self._model_ms, map_points=len(self._map), trajectory_poses=len(self.trajectory),
             last_error=self._last_error, **self._window_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
             last_source=None if last is None else last.source)

@@ -23,7 +23,8 @@ class VoxelMap:
     point that fell into it, and how many points that was.
 
     Bounded memory: with ``max_points`` set, an insert that would create more voxels than fit
-    first removes the voxels updated least recently (recency counts inserts, so a region the
+    first removes the voxels updated least recently (a sixteenth of ``max_points`` more than it
+    needs, so that a full map pays for the drop once per many inserts) (recency counts inserts, so a region the
     camera sees again stays); voxels updated by the insert itself are never removed for its new
     ones. If the new voxels of a single insert still do not fit, only a subset of them is added.
     Ties (voxels of the same recency, or the new voxels of one insert) are broken by a hash of
@@ -120,7 +121,9 @@ class VoxelMap:
         if self.max_points is not None and len(self) + len(new_keys) > self.max_points:
             overflow = len(self) + len(new_keys) - self.max_points
             untouched = len(self) - int(exists.sum())
-            self._drop_least_recent(min(overflow, untouched))
+            # Dropping costs a pass over the map: a full map drops a sixteenth more than needed at
+            # once, so that the next inserts fit without one (amortised, not once per insert).
+            self._drop_least_recent(min(overflow + self.max_points // 16, untouched))
             excess = overflow - min(overflow, untouched)
             if excess > 0:  # this insert alone brings too many: keep a spread subset of them
                 keep = np.sort(np.argpartition(_scatter(new_keys), excess - 1)[excess:])

@@ -1,0 +1,55 @@
+"""Map insertion off the frame loop: a thread that merges points into the VoxelMap in order.
+
+An insert into a full map of millions of voxels costs milliseconds of CPU (sorted-index updates,
+the periodic drop of the least recent voxels); done on the worker it would add to every
+keyframe's latency. The Mapper hands each keyframe's points to this thread and goes on with the
+next frame; anything that reads or changes the map waits for the queue first (``map``), so the
+map is always what in-order, synchronous inserts would have made.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+
+from .voxel_map import VoxelMap
+
+
+class MapBuilder:
+    def __init__(self, voxel_map: VoxelMap):
+        self._map = voxel_map
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lingbot_map_builder", daemon=True)
+        self._thread.start()
+
+    def insert(self, xyz: np.ndarray, rgb: np.ndarray) -> None:
+        self._raise_error()
+        self._queue.put((xyz, rgb))
+
+    @property
+    def map(self) -> VoxelMap:
+        """The map once every queued insert is in (an insert's error is raised here)."""
+        self._queue.join()
+        self._raise_error()
+        return self._map
+
+    def __len__(self) -> int:
+        """Voxels so far (queued inserts may still add some): for status, never waits."""
+        return len(self._map)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            xyz, rgb = self._queue.get()
+            try:
+                self._map.insert(xyz, rgb)
+            except BaseException as error:   # handed to the next caller (VoxelRangeError, ...)
+                self._error = error
+            finally:
+                self._queue.task_done()
