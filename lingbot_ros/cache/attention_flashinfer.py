@@ -82,6 +82,13 @@ class FlashInferAttention:
         self._batch = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD")
         self._graph_wrapper = None
         self._graph_capacity = 0
+        # FlashInfer's plan() stages its schedule in a pinned host buffer and copies it to the
+        # device without blocking; the next plan() rewrites that buffer. A host running frames
+        # ahead of the device (no sync between steps) could overwrite it before the previous
+        # copy ran, and that frame would read the next one's schedule. This event marks the
+        # copy's place in the stream; plan() waits for it (at once unless the host is a frame
+        # ahead).
+        self._planned = torch.cuda.Event()
         self._active = self._batch
         self._split_queries: torch.Tensor | None = None   # [kv_splits, T, H, D], fixed address
         self._split_qo_indptr: torch.Tensor | None = None
@@ -95,15 +102,17 @@ class FlashInferAttention:
 
     def plan(self, table: StepTable, num_pool_pages: int) -> None:
         spec = self.spec
+        self._planned.synchronize()
         if table.static:
             self._plan_split(table, num_pool_pages)
-            return
-        self._active = self._batch
-        self._batch.plan(
-            table.host_qo_indptr, table.host_kv_indptr, table.pages_i32, table.host_last_page_len,
-            num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
-            head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
-            causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
+        else:
+            self._active = self._batch
+            self._batch.plan(
+                table.host_qo_indptr, table.host_kv_indptr, table.pages_i32, table.host_last_page_len,
+                num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
+                head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
+                causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
+        self._planned.record()
 
     def _plan_split(self, table: StepTable, num_pool_pages: int) -> None:
         spec, splits, T = self.spec, self.kv_splits, table.num_queries
