@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--kv-splits", type=int, nargs="*", default=[2, 3, 4, 6, 8],
                     help="KV splits tried for the split-and-merge variant")
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        ap.error("this benchmark times attention kernels on the GPU: it needs a CUDA device")
     dev, dt, H, D, P = "cuda", torch.bfloat16, 16, 64, args.tokens
     keys = args.frames * P + args.specials
     pages = args.frames + (args.specials + P - 1) // P

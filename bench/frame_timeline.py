@@ -31,8 +31,8 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
 from bench.stream_gpu import synthetic_frames  # noqa: E402
-from lingbot_ros.model import ModelConfig, build_model  # noqa: E402
-from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
 
 
 class Probe:
@@ -79,10 +79,9 @@ def main(argv=None) -> int:
         ap.error("this benchmark times CUDA graphs and kernels: it needs a CUDA device")
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig.preset(args.preset), device="cuda")
-    settings = StreamSettings()
-    model.store_matmul_weights(settings.compute_dtype(model.device))
-    session = StreamingSession(model, settings)
+    settings = MapperSettings(model_config=args.preset, checkpoint="", device="cuda")
+    model, _ = factory.load_model(settings, "cuda")
+    session = factory.new_session(model, settings)
     images = synthetic_frames(64, args.height, args.width, "cuda")
     probe = Probe()
     wrapped = False

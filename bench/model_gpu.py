@@ -3,9 +3,11 @@
     python bench/model_gpu.py                                   # released architecture, 518x378, 100 frames
     python bench/model_gpu.py --preset tiny --frames 5          # CPU smoke test
 
-Weights are random (``--checkpoint`` loads real ones). Frames are synthetic smooth images. Frame
-time is wall time of one ``session.step`` with a device sync, over the phase-2 frames after
-``--warmup`` untimed ones. Prints a markdown table.
+Weights are random (``--checkpoint`` loads real ones). Frames are synthetic smooth images. The
+error runs share one model kept in float32 (the mixed-precision sessions round its weights under
+autocast); the speed run loads the model again as the node does, its matmul weights stored in the
+compute dtype. Frame time is wall time of one ``session.step`` with a device sync, over the
+phase-2 frames after ``--warmup`` untimed ones. Prints a markdown table.
 """
 from __future__ import annotations
 
@@ -15,14 +17,15 @@ import resource
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lingbot_ros.model import ModelConfig, build_model, load_checkpoint  # noqa: E402
-from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
 
 
 def synthetic_frames(n: int, height: int, width: int, device) -> torch.Tensor:
@@ -44,7 +47,7 @@ def sync(device):
 
 def run(model, settings, frames, device, warmup=0):
     """Stream all frames; returns (results, per-frame seconds of the timed phase-2 frames)."""
-    session = StreamingSession(model, settings)
+    session = factory.new_session(model, settings)
     results, times = [], []
     for i, frame in enumerate(frames):
         sync(device)
@@ -82,20 +85,20 @@ def main(argv=None) -> int:
                    help="also the mixed-precision error with graphs and fused blocks on one at a time (CUDA)")
     args = p.parse_args(argv)
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    cfg = ModelConfig.preset(args.preset)
-    t0 = time.perf_counter()
-    model = build_model(cfg, device=device, random_init=not args.checkpoint)
-    if args.checkpoint:
-        load_checkpoint(model, args.checkpoint)
-    build_s = time.perf_counter() - t0
+    device = torch.device(factory.resolve_device(args.device))
     # Short runs (smoke tests) shrink phase 1 and the warm-up so that some phase-2 frames get timed.
     n_scale = max(1, min(args.num_scale_frames, args.frames // 2))
     warmup = max(0, min(args.warmup, args.frames - n_scale - 2))
-    base = dict(num_scale_frames=n_scale, sliding_window=args.sliding_window,
-                scale_frames=args.scale_frames, attention_backend=args.backend)
     low = "auto" if device.type == "cuda" else "bfloat16"   # auto = bf16 mixed precision on CUDA
+    settings = MapperSettings(model_config=args.preset, checkpoint=args.checkpoint or "", device=str(device),
+                              dtype=low, attention_backend=args.backend, num_scale_frames=n_scale,
+                              sliding_window=args.sliding_window, scale_frames=args.scale_frames)
+    float32 = replace(settings, dtype="float32")
+    t0 = time.perf_counter()
+    # Loaded in float32: its weights stay float32 masters, under both float32 and mixed sessions.
+    model, _ = factory.load_model(float32, str(device))
+    build_s = time.perf_counter() - t0
+    cfg = model.config
 
     # 1) Same weights, same frames: mixed precision against float32.
     n_cmp = max(min(args.compare_frames, args.frames), n_scale + 1)
@@ -106,11 +109,10 @@ def main(argv=None) -> int:
     keys = ("pose_enc", "depth", "depth_conf", "world_points")
     # The plain path (eager kernels, no graph) against the session's defaults (fused blocks,
     # CUDA graphs where the backend allows), in float32 and in the deployment precision.
-    ref, _ = run(model, StreamSettings(dtype="float32", cuda_graphs=False, fused_blocks=False, **base),
-                 frames, device)
-    fast32, _ = run(model, StreamSettings(dtype="float32", **base), frames, device)
+    ref, _ = run(model, replace(float32, cuda_graphs=False, fused_blocks=False), frames, device)
+    fast32, _ = run(model, float32, frames, device)
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
-    mixed, _ = run(model, StreamSettings(dtype=low, **base), frames, device)
+    mixed, _ = run(model, settings, frames, device)
     err = {k: relative_error(mixed, ref, k) for k in keys}
     err32 = {k: relative_error(fast32, ref, k) for k in keys}
     # Which optimisation moves the mixed-precision error: each one alone against the reference.
@@ -119,17 +121,20 @@ def main(argv=None) -> int:
         for label, kw in (("no graph, no fusion", dict(cuda_graphs=False, fused_blocks=False)),
                           ("graph (split attention), no fusion", dict(fused_blocks=False)),
                           ("fusion, no graph", dict(cuda_graphs=False))):
-            alone, _ = run(model, StreamSettings(dtype=low, **kw, **base), frames, device)
+            alone, _ = run(model, replace(settings, **kw), frames, device)
             parts[label] = {k: relative_error(alone, ref, k) for k in keys}
             del alone
-    del ref, fast32, mixed, frames
+    n_params = sum(p.numel() for p in model.parameters())
+    del ref, fast32, mixed, frames, model
 
-    # 2) Speed and memory in the default (deployment) precision.
-    frames = synthetic_frames(args.frames, args.height, args.width, device)
+    # 2) Speed and memory in the default (deployment) precision, the model loaded as the node does.
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    model, _ = factory.load_model(settings, str(device))
+    frames = synthetic_frames(args.frames, args.height, args.width, device)
+    if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    _, times = run(model, StreamSettings(dtype=low, **base), frames, device, warmup=warmup)
+    _, times = run(model, settings, frames, device, warmup=warmup)
     times_ms = sorted(t * 1e3 for t in times) or [float("nan")]
     p90 = times_ms[min(len(times_ms) - 1, math.ceil(0.9 * len(times_ms)) - 1)]
     if device.type == "cuda":
@@ -142,11 +147,11 @@ def main(argv=None) -> int:
     P = cfg.num_special_tokens + (args.height // cfg.patch_size) * (args.width // cfg.patch_size)
     rows = [
         ("device", name), ("torch", torch.__version__),
-        ("model", f"{cfg.name} ({sum(p.numel() for p in model.parameters()):,} params, "
+        ("model", f"{cfg.name} ({n_params:,} params, "
                   f"{'checkpoint' if args.checkpoint else 'random weights'}, built in {build_s:.1f} s)"),
         ("input", f"{args.width}x{args.height} ({P} tokens/frame)"),
         ("cache", f"anchors {args.scale_frames} + window {args.sliding_window}, backend {args.backend}, "
-                  f"phase 1 = {base['num_scale_frames']} frames"),
+                  f"phase 1 = {settings.num_scale_frames} frames"),
         (f"rel. error {low} (defaults) vs float32 plain ({n_cmp} frames)",
          ", ".join(f"{k} {e[0]:.2e} (max {e[1]:.2e})" for k, e in err.items())),
         (f"rel. error float32 (defaults) vs float32 plain ({n_cmp} frames)",

@@ -40,9 +40,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))   # run from a checkout, installed or not
 
-from lingbot_ros.ros.params import parse_image_size  # noqa: E402
+from lingbot_ros.mapping.settings import parse_image_size  # noqa: E402
 
-FIXTURE = REPO.parent / "shared" / "fixtures" / "tiny_default"
+FIXTURE = Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared")) / "fixtures" / "tiny_default"
 
 
 def _image_size(text: str) -> tuple[int, int]:
@@ -76,7 +76,9 @@ def parse_args(argv=None):
                              "otherwise: model build, warm-up and a cold FlashInfer JIT)")
     parser.add_argument("--node-log", type=Path, default=None,
                         help="write the node's output to this file (default: discarded)")
-    parser.add_argument("--fixture", type=Path, default=FIXTURE)
+    parser.add_argument("--fixture", type=Path, default=FIXTURE,
+                        help="fixture folder of the default model (default: tiny_default under "
+                             "$LINGBOT_SHARED/fixtures or ../shared/fixtures)")
     args = parser.parse_args(argv)
     if args.model_config is None:
         args.model_config = str(args.fixture / "config.json")

@@ -1,6 +1,6 @@
 """Where does a streamed frame's GPU time go? Kernel time per category and per model part.
 
-Released architecture (default weights: speed only), 518x378 synthetic frames on the GPU, the
+Released architecture (random weights: speed only), 518x378 synthetic frames on the GPU, the
 session's default precision. Streams frames and, at each frame count in `--at`, records
 `--frames` frames under torch.profiler and prints, per frame: GPU kernel time by category
 (global attention, frame attention, GEMM, Inductor's fused kernels, convolution, layer norm,
@@ -25,8 +25,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
 from bench.stream_gpu import synthetic_frames  # noqa: E402
-from lingbot_ros.model import ModelConfig, build_model  # noqa: E402
-from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
 
 # First matching pattern (lower-case substring of the kernel name) names the category.
 CATEGORIES = [
@@ -113,7 +113,7 @@ def report(device_events, n: int, at: int, top: int) -> dict[str, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="lingbot-map")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N, cpu or auto")
     ap.add_argument("--height", type=int, default=378)
     ap.add_argument("--width", type=int, default=518)
     ap.add_argument("--at", type=int, nargs="+", default=[80], help="frame counts at which to profile")
@@ -123,15 +123,15 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25, help="kernels listed")
     args = ap.parse_args(argv)
 
-    model = build_model(ModelConfig.preset(args.preset), device=args.device, random_init=False)
-    settings = StreamSettings(num_scale_frames=8, camera_num_iterations=4, sliding_window=64, scale_frames=8,
-                              cuda_graphs=args.graphs)
-    model.store_matmul_weights(settings.compute_dtype(model.device))
+    settings = MapperSettings(model_config=args.preset, checkpoint="", device=args.device, num_scale_frames=8,
+                              camera_num_iterations=4, sliding_window=64, scale_frames=8, cuda_graphs=args.graphs)
+    device = factory.resolve_device(args.device)
+    model, _ = factory.load_model(settings, device)
     if not args.graphs:
         label_parts(model)
-    session = StreamingSession(model, settings)
-    images = synthetic_frames(64, args.height, args.width, args.device)
-    cuda = args.device.startswith("cuda")
+    session = factory.new_session(model, settings)
+    images = synthetic_frames(64, args.height, args.width, device)
+    cuda = device.startswith("cuda")
     done, points = 0, {}
     for at in sorted(args.at):
         for i in range(done, at):

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds a self-contained ROS 2 Kilted runtime for CPython 3.12 (the pinned ros-kilted-* wheels of
 # requirements-ros.txt plus this package's generated interfaces: lingbot_ros/msg/MapStatus,
-# lingbot_ros/srv/SaveMap and tf2_msgs/msg/TFMessage) and packs it into ONE archive,
-# .gpu_ros/ros312.tar.xz, for a machine that has no ROS and no network (the GPU machine:
-# CPython 3.12 with torch, numpy 2.x, pyyaml, opencv; see bench/README.md, "Node latency on the
-# GPU machine"). Idempotent: with nothing changed it only compares an input hash and exits.
+# lingbot_ros/srv/SaveMap and tf2_msgs/msg/TFMessage) plus the one run-time package of the node
+# that machine lacks (simplejpeg, the JPEG decoder of lingbot_ros/io/compressed_image.py, at the
+# requirements-dev.txt pin) and packs it into ONE archive, .gpu_ros/ros312.tar.xz, for a machine
+# that has no ROS and no network (the GPU machine: CPython 3.12 with torch, numpy 2.x, pyyaml,
+# opencv, pillow; see bench/README.md, "Node latency on the GPU machine"). Idempotent: with
+# nothing changed it only compares an input hash and exits.
 #
 #   bash bench/ros_runtime_bundle.sh          # here, on the dev machine (needs python3.12 + PyPI)
 #   # there, from the repo root:
@@ -13,17 +15,20 @@
 #
 # How: a throwaway python3.12 venv under $LINGBOT_ROS312_WORK (default /tmp/lingbot_ros312) gets
 # requirements-ros.txt + requirements-interfaces.txt + numpy (build only); a copy of the
-# interface sources (CMakeLists.txt, package.xml, msg/, srv/, scripts/build_interfaces.sh,
-# scripts/venv_interfaces/) is built into it with scripts/build_interfaces.sh (a copy, so that the
-# repo's build/ folders, which belong to .venv, are not touched). Then only the run-time part of
+# interface sources (CMakeLists.txt, package.xml, msg/, srv/, scripts/build_interfaces.sh and the
+# scripts/ament_build.sh it sources, scripts/venv_interfaces/) is built into it with
+# scripts/build_interfaces.sh (a copy, so that the repo's build/ folders, which belong to .venv,
+# are not touched). Then only the run-time part of
 # the venv prefix is staged as ros312/: lib/*.so* (identical copies, which pip makes of every
 # .so symlink, become symlinks), lib/python3.12/site-packages without the build-only packages
 # (rosidl generators, ament_cmake, empy, lark, catkin_pkg, pip, setuptools, ...), without numpy,
 # pyyaml and typing_extensions (the target's own are used: they must not be shadowed) and without
 # the ros_wheels_bootstrapper .pth (env.sh sets LD_LIBRARY_PATH instead), and share/ament_index
 # plus each package's package.xml and msg/srv/action definitions. No headers, no CMake files, no
-# static libraries, no __pycache__, no generated C sources. Before packing, a smoke check imports
-# rclpy and every interface and creates a node with the bare python3.12 in a clean environment
+# static libraries, no __pycache__, no generated C sources. simplejpeg's CPython 3.12 manylinux
+# x86_64 wheel (pip download, kept under the build folder) is installed into the staged
+# site-packages. Before packing, a smoke check imports rclpy, every interface and simplejpeg and
+# creates a node with the bare python3.12 in a clean environment
 # (env -i), given only numpy, pyyaml and typing_extensions besides the bundle (the target's own
 # interpreter has those). About 1.5 min from scratch on 2 cores; the archive is ~8 MB.
 #
@@ -69,12 +74,15 @@ exclude=$(git rev-parse --git-path info/exclude 2>/dev/null || echo .git/info/ex
 mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu_ros/' "$exclude" 2>/dev/null || echo '/.gpu_ros/' >> "$exclude"
 
-iface_files=(CMakeLists.txt package.xml msg/* srv/* scripts/build_interfaces.sh lingbot_ros/__init__.py
-             $(find scripts/venv_interfaces -type f | sort))
-# Everything the build venv holds depends on these; the packing also on this script.
-venv_hash=$( { "$py" -VV; cat requirements-ros.txt requirements-interfaces.txt "${iface_files[@]}"; } \
-  | sha256sum | cut -c1-16)
-inputs_hash=$( { echo "$venv_hash"; cat "$self"; } | sha256sum | cut -c1-16)
+iface_files=(CMakeLists.txt package.xml msg/* srv/* scripts/build_interfaces.sh scripts/ament_build.sh
+             lingbot_ros/__init__.py $(find scripts/venv_interfaces -type f | sort))
+# The node's run-time packages the GPU machine lacks, at the pins the tests run with.
+jpeg_pin=$(grep -E '^simplejpeg==' requirements-dev.txt) \
+  || { echo "requirements-dev.txt has no simplejpeg== pin" >&2; exit 1; }
+# Everything the build venv holds depends on these; the packing also on this script and the pin.
+venv_hash=$( { "$py" -VV; cat requirements-ros.txt requirements-interfaces.txt scripts/pip_quiet.sh \
+  "${iface_files[@]}"; } | sha256sum | cut -c1-16)
+inputs_hash=$( { echo "$venv_hash"; echo "$jpeg_pin"; cat "$self"; } | sha256sum | cut -c1-16)
 if [ -z "${FORCE:-}" ] && [ -f "$archive" ] && [ "$(cat "$out_dir/ros312.inputs" 2>/dev/null)" = "$inputs_hash" ]; then
   log "up to date: $archive ($(du -h "$archive" | cut -f1)); FORCE=1 re-packs"
   exit 0
@@ -95,8 +103,7 @@ if [ "$(cat "$venv/.venv_hash" 2>/dev/null)" != "$venv_hash" ]; then
   touch "$work/.ros312_work"
   "$py" -m venv "$venv"
   numpy_pin=$(grep -E '^numpy==' requirements-dev.txt || echo numpy)
-  "$vpy" -m pip install -q --disable-pip-version-check -r requirements-ros.txt \
-    -r requirements-interfaces.txt "$numpy_pin" 2>&1 | grep -v "is ignored: it is neither" || true
+  bash scripts/pip_quiet.sh "$vpy" -r requirements-ros.txt -r requirements-interfaces.txt "$numpy_pin"
   "$vpy" -c "import rclpy, numpy, catkin_pkg" || { log "dependency check failed"; exit 1; }
 
   # 2. Interfaces, built from a copy of their sources (build_interfaces.sh builds under its root).
@@ -104,7 +111,7 @@ if [ "$(cat "$venv/.venv_hash" 2>/dev/null)" != "$venv_hash" ]; then
   mkdir -p "$src/scripts" "$src/lingbot_ros"
   cp -p CMakeLists.txt package.xml "$src/"
   cp -pr msg srv "$src/"
-  cp -pr scripts/build_interfaces.sh scripts/venv_interfaces "$src/scripts/"
+  cp -pr scripts/build_interfaces.sh scripts/ament_build.sh scripts/venv_interfaces "$src/scripts/"
   cp -p lingbot_ros/__init__.py "$src/lingbot_ros/"
   log "generating interfaces (tf2_msgs, lingbot_ros msg/srv) into the build venv"
   bash "$src/scripts/build_interfaces.sh" "$venv" | sed 's/^/  /'
@@ -210,8 +217,23 @@ print(f"  staged {dest}: {sum(f.stat().st_size for f in dest.rglob('*') if f.is_
       f"({saved / 2**20:.1f} MiB of duplicate libraries made symlinks)")
 PY
 
-# 4. Activation file and build record.
+# 4. simplejpeg for the target (CPython 3.12, x86_64 manylinux): its wheel, downloaded once per
+#    pin, installed into the staged site-packages (it needs only numpy, the target's own).
 site=lib/python3.12/site-packages
+wheels=$work/wheels/$jpeg_pin
+if ! ls "$wheels"/simplejpeg-*.whl >/dev/null 2>&1; then
+  log "downloading the $jpeg_pin wheel for CPython 3.12 manylinux x86_64"
+  rm -rf "$wheels"
+  # The index's "is ignored" lines dropped as scripts/pip_quiet.sh does; pip's status kept (pipefail).
+  "$vpy" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_17_x86_64 \
+    -d "$wheels" "$jpeg_pin" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+fi
+bash scripts/pip_quiet.sh "$vpy" --no-index --no-deps --no-compile --target "$stage/ros312/$site" \
+  "$wheels"/simplejpeg-*.whl
+rm -rf "$stage/ros312/$site/bin"   # console scripts of a --target install: none needed
+
+# 5. Activation file and build record.
 libs_dirs=$(cd "$stage/ros312/$site" && ls -d ros_*.libs 2>/dev/null | sed "s|^|\$_ros312/$site/|" | paste -sd: -)
 cat > "$stage/ros312/env.sh" <<ENV
 # ROS 2 Kilted run time for CPython 3.12 + lingbot_ros interfaces (built by bench/ros_runtime_bundle.sh).
@@ -238,12 +260,13 @@ ENV
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) by bench/ros_runtime_bundle.sh from $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo "interpreter: $("$py" -VV | head -1)"
   echo "inputs: $inputs_hash"
-  echo "run time relies on the target's own: numpy, pyyaml, typing_extensions"
+  echo "run time relies on the target's own: numpy, pyyaml, typing_extensions (and for the node: torch, pillow, opencv)"
+  echo "bundled for the node: $jpeg_pin ($(cd "$wheels" && ls simplejpeg-*.whl))"
   echo "pinned wheels (requirements-ros.txt, requirements-interfaces.txt; generators are not in the bundle):"
   "$vpy" -m pip list --format=freeze --disable-pip-version-check 2>/dev/null | grep -iE '^ros-kilted-'
 } > "$stage/ros312/BUILD_INFO"
 
-# 5. Smoke check as on the target: a clean environment, the bare interpreter (not the venv), and
+# 6. Smoke check as on the target: a clean environment, the bare interpreter (not the venv), and
 #    only what the target's interpreter has besides the bundle (numpy, pyyaml, typing_extensions,
 #    installed into a side folder at the venv's versions).
 sim=$work/target_sim
@@ -252,26 +275,26 @@ if [ ! -f "$sim/.done" ]; then
   pins=$("$vpy" -m pip list --format=freeze --disable-pip-version-check 2>/dev/null \
     | grep -iE '^(numpy|pyyaml|typing.extensions)==')
   # shellcheck disable=SC2086
-  "$vpy" -m pip install -q --disable-pip-version-check --target "$sim" $pins 2>&1 \
-    | grep -v "is ignored: it is neither" || true
+  bash scripts/pip_quiet.sh "$vpy" --target "$sim" $pins
   touch "$sim/.done"
 fi
 if ! env -i PATH=/usr/bin:/bin HOME="$HOME" bash -c ". '$stage/ros312/env.sh' && PYTHONPATH=\$PYTHONPATH:'$sim' \
   exec '$py' -c '
-import sys, rclpy
+import sys, rclpy, simplejpeg
 from lingbot_ros.msg import MapStatus
 from lingbot_ros.srv import SaveMap
 from tf2_msgs.msg import TFMessage
 from sensor_msgs.msg import Image
 rclpy.init(); n = rclpy.create_node(\"ros312_smoke\"); n.destroy_node(); rclpy.shutdown()
 assert rclpy.__file__.startswith(\"$stage/\"), rclpy.__file__
+assert simplejpeg.__file__.startswith(\"$stage/\"), simplejpeg.__file__
 print(\"ok\", sys.executable)
 '" 2>&1 | sed 's/^/  smoke: /'; then
   log "smoke check failed: the staged runtime does not import"
   exit 1
 fi
 
-# 6. Pack.
+# 7. Pack.
 mkdir -p "$out_dir"
 log "packing $archive (xz -9, takes a minute)"
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00Z' -cf - ros312 \

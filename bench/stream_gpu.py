@@ -20,14 +20,15 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
-from lingbot_ros.model import ModelConfig, build_model  # noqa: E402
-from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
 
 
 def synthetic_frames(n: int, height: int, width: int, device: str) -> torch.Tensor:
@@ -49,10 +50,10 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_variant(model, name: str, settings: StreamSettings, frames: int, pattern: str, device: str,
+def run_variant(model, name: str, settings: MapperSettings, frames: int, pattern: str, device: str,
                 height: int, width: int) -> dict:
     """Stream ``frames`` frames; returns per-frame times (ms) and memory readings."""
-    session = StreamingSession(model, settings)
+    session = factory.new_session(model, settings)
     images = synthetic_frames(min(frames, 64), height, width, device)
     times_ms: list[float] = []
     mem_at: dict[int, int] = {}
@@ -96,13 +97,13 @@ def run_variant(model, name: str, settings: StreamSettings, frames: int, pattern
     return out
 
 
-def count_syncs(model, settings: StreamSettings, frames: int, device: str, height: int, width: int) -> list[str]:
+def count_syncs(model, settings: MapperSettings, frames: int, device: str, height: int, width: int) -> list[str]:
     """Stream ``frames`` phase-2 frames with torch's sync debug mode on; returns the distinct
     places (file:line of the caller) where the frame loop made the host wait for the device."""
     import traceback
     import warnings
 
-    session = StreamingSession(model, settings)
+    session = factory.new_session(model, settings)
     images = synthetic_frames(settings.num_scale_frames + frames, height, width, device)
     for img in images[:settings.num_scale_frames]:
         session.step(img)
@@ -138,7 +139,7 @@ def segment_medians(times: list[float], edges: list[int]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="lingbot-map", help="model preset (default: the released architecture)")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N, cpu or auto")
     ap.add_argument("--frames", type=int, default=2000, help="frames of the main run")
     ap.add_argument("--variant-frames", type=int, default=400, help="frames of each variant run")
     ap.add_argument("--height", type=int, default=378)
@@ -153,29 +154,31 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
+    settings = MapperSettings(
+        model_config=args.preset, checkpoint="", device=args.device, dtype=args.dtype,
+        attention_backend=args.backend, cuda_graphs=not args.no_graphs, fused_blocks=not args.no_fused_blocks,
+        num_scale_frames=8, keyframe_interval=1, camera_num_iterations=4, sliding_window=64, scale_frames=8)
+    device = factory.resolve_device(args.device)
     t0 = time.perf_counter()
-    model = build_model(ModelConfig.preset(args.preset), device=args.device)
+    # Matmul weights stored in the sessions' compute dtype, as the node does: every variant
+    # computes in the same dtype.
+    model, _ = factory.load_model(settings, device)
     build_s = time.perf_counter() - t0
-    base = dict(num_scale_frames=8, keyframe_interval=1, camera_num_iterations=4, sliding_window=64,
-                scale_frames=8, dtype=args.dtype, attention_backend=args.backend,
-                cuda_graphs=not args.no_graphs, fused_blocks=not args.no_fused_blocks)
     variants = [
-        ("default", StreamSettings(**base), args.frames, "plain"),
-        ("keyframe interval 4", StreamSettings(**{**base, "keyframe_interval": 4}), args.variant_frames, "plain"),
-        ("1 camera iteration", StreamSettings(**{**base, "camera_num_iterations": 1}), args.variant_frames, "plain"),
-        ("deferred eviction + rollback", StreamSettings(**{**base, "defer_evictions": True}), args.variant_frames,
+        ("default", settings, args.frames, "plain"),
+        ("keyframe interval 4", replace(settings, keyframe_interval=4), args.variant_frames, "plain"),
+        ("1 camera iteration", replace(settings, camera_num_iterations=1), args.variant_frames, "plain"),
+        # The motion keyframe policy is what defers evictions (the rollback pattern is run_variant's).
+        ("deferred eviction + rollback", replace(settings, keyframe_policy="motion"), args.variant_frames,
          "motion"),
     ]
     if not args.no_graphs:
         variants.append(("eager (CUDA graphs and fused blocks off)",
-                         StreamSettings(**{**base, "cuda_graphs": False, "fused_blocks": False}),
-                         args.variant_frames, "plain"))
-    # Every variant computes in the same dtype: half-precision weights kept resident, as the node does.
-    model.store_matmul_weights(variants[0][1].compute_dtype(model.device))
+                         replace(settings, cuda_graphs=False, fused_blocks=False), args.variant_frames, "plain"))
     rows = []
-    for name, settings, frames, pattern in variants:
+    for name, variant, frames, pattern in variants:
         print(f"running {name}: {frames} frames", file=sys.stderr, flush=True)
-        rows.append(run_variant(model, name, settings, frames, pattern, args.device, args.height, args.width))
+        rows.append(run_variant(model, name, variant, frames, pattern, device, args.height, args.width))
 
     gib = 1024 ** 3
     lines = ["| run | frames | median ms | p99 ms | p99/median | FPS | warm-up s | graph captures (s) |"
@@ -196,14 +199,14 @@ def main(argv=None) -> int:
         (f_a, m_a), (f_b, m_b) = list(main_run["mem_at"].items())
         lines.append(f"Allocated-memory growth from frame {f_a} to {f_b}: "
                      f"{(m_b - m_a) / max(1, f_b - f_a) / 1024:.1f} KiB per frame.")
-    if args.device.startswith("cuda") and args.sync_check_frames:
-        places = count_syncs(model, variants[0][1], args.sync_check_frames, args.device, args.height, args.width)
+    if device.startswith("cuda") and args.sync_check_frames:
+        places = count_syncs(model, settings, args.sync_check_frames, device, args.height, args.width)
         lines.append(f"Host-device syncs inside the frame step ({args.sync_check_frames} frames, torch sync "
                      f"debug mode): {'none' if not places else '; '.join(places)}.")
     table = "\n".join(lines)
     print(table)
     if not args.no_write:
-        dev = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
+        dev = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
         with open(Path(__file__).with_name("README.md"), "a") as fh:
             fh.write(f"\n### stream_gpu.py, {datetime.date.today()}, {dev}, torch {torch.__version__}\n\n"
                      f"`python bench/stream_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"

@@ -17,7 +17,6 @@ import time
 START = time.perf_counter()
 
 import argparse  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -26,9 +25,8 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
 from bench.stream_gpu import synthetic_frames  # noqa: E402
-from lingbot_ros.model import ModelConfig, build_model  # noqa: E402
-from lingbot_ros.ros.model_loader import INDUCTOR_CACHE  # noqa: E402
-from lingbot_ros.stream import StreamingSession, StreamSettings  # noqa: E402
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
 
 
 def timed_module_builds(timings: list[float]) -> None:
@@ -53,7 +51,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("this benchmark times the CUDA warm-up (FlashInfer JIT, torch.compile, graph capture): it needs a CUDA device")
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))   # as the node does
     rows = [("import torch + package", time.perf_counter() - START)]
     module_builds: list[float] = []
     timed_module_builds(module_builds)
@@ -65,13 +62,14 @@ def main(argv=None) -> int:
         rows.append((name, time.perf_counter() - t))
         print(f"{name}: {rows[-1][1]:.1f} s", file=sys.stderr, flush=True)
 
+    settings = MapperSettings(model_config=args.preset, checkpoint="", device="cuda")
     holder = {}
-    phase("build model", lambda: holder.update(model=build_model(ModelConfig.preset(args.preset), device="cuda")))
-    model, settings = holder["model"], StreamSettings()
-    model.store_matmul_weights(settings.compute_dtype(model.device))
+    # As the node loads it: Inductor's cache directory set, matmul weights stored in bf16.
+    phase("build model", lambda: holder.update(model=factory.load_model(settings, "cuda")[0]))
+    model = holder["model"]
     images = synthetic_frames(settings.num_scale_frames + 2, args.height, args.width, "cuda")
     for run in ("first session", "second session"):
-        session = StreamingSession(model, settings)
+        session = factory.new_session(model, settings)
         for img in images[:settings.num_scale_frames - 1]:
             session.step(img)
         phase(f"{run}: phase-1 batch", lambda: session.step(images[settings.num_scale_frames - 1]))

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.windows import WindowRule, frame_type, stitch_plan
-from lingbot_ros.model import ModelConfig, build_model
-from lingbot_ros.stream import StreamingSession
+from lingbot_ros.stream import SettingsError
 from lingbot_ros.tools import fixture
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -35,9 +35,10 @@ def test_fixture_matches_expected(parity_fixtures_dir, tmp_path, capsys, name):
 
 def test_windowed_fixture_sources_and_frame_types(parity_fixtures_dir):
     """config.json per_frame's source_window and frame_type (informational) follow from the rule."""
-    config = json.loads((parity_fixtures_dir / "tiny_windowed" / "config.json").read_text())
+    ref = parity_fixtures_dir / "tiny_windowed"
+    config = json.loads((ref / "config.json").read_text())
     run, per_frame = config["run"], config["per_frame"]
-    settings = fixture.settings_from_run(run)
+    settings = factory.stream_settings(fixture.fixture_settings(ref, run))
     rule = WindowRule.from_settings(settings, run["window_size"], run["overlap_size"], run["overlap_keyframes"])
     S, K = run["num_frames"], settings.keyframe_interval
     windows = rule.windows(S)
@@ -59,11 +60,36 @@ def test_check_flag_and_per_frame_time_index(parity_fixtures_dir, tmp_path, caps
     # The session's keyframe flags and 3D-RoPE indices follow config.json["per_frame"].
     config = json.loads((ref / "config.json").read_text())
     per_frame = config["per_frame"]
-    session = StreamingSession(build_model(ModelConfig.from_json(config)), fixture.settings_from_run(config["run"]))
+    settings = fixture.fixture_settings(ref, config["run"])
+    model, _ = factory.load_model(settings, settings.device)
+    session = factory.new_session(model, settings)
     frames = torch.from_numpy(np.load(ref / "frames.npy"))
     results = [r for f in frames for r in session.step(f)]
     assert [r.is_keyframe for r in results] == per_frame["is_keyframe"]
     assert [r.time_index for r in results] == per_frame["rope_frame_index"]
+
+
+def test_run_section_becomes_the_settings(parity_fixtures_dir):
+    ref = parity_fixtures_dir / "tiny_kf2"
+    run = json.loads((ref / "config.json").read_text())["run"]
+    settings = fixture.fixture_settings(ref, run)
+    assert (settings.device, settings.dtype, settings.attention_backend) == ("cpu", "float32", "torch")
+    assert settings.model_config == str(ref / "config.json")
+    # tiny_kf2's ckpt.pt is a pointer to tiny_default's weights.
+    assert settings.checkpoint == str((parity_fixtures_dir / "tiny_default" / "ckpt.pt").resolve())
+    assert (settings.num_scale_frames, settings.keyframe_interval, settings.camera_num_iterations) == (3, 2, 4)
+    assert {k: getattr(settings, k) for k in fixture.KV_CACHE_KEYS} == run["kv_cache"]
+
+
+def test_bad_run_sections_are_refused(parity_fixtures_dir, tmp_path, capsys):
+    ref = parity_fixtures_dir / "tiny_default"
+    run = json.loads((ref / "config.json").read_text())["run"]
+    with pytest.raises(fixture.FixtureError, match="max_special_tokens"):
+        fixture.fixture_settings(ref, {**run, "kv_cache": {**run["kv_cache"], "max_special_tokens": 4}})
+    with pytest.raises(SettingsError, match="num_scale_frames"):   # 8 > 3 anchors + window 4
+        fixture.fixture_settings(ref, {**run, "num_scale_frames": 8})
+    with pytest.raises(fixture.FixtureError, match="num_scale_frames"):
+        fixture.fixture_settings(ref, {k: v for k, v in run.items() if k != "num_scale_frames"})
 
 
 def test_compare_flags_a_wrong_output():

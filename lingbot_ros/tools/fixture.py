@@ -19,13 +19,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..mapping import factory
+from ..mapping.settings import MapperSettings
 from ..mapping.windows import WindowedRun, WindowError, WindowRule
-from ..model import CheckpointError, ConfigError, ModelConfig, build_model, load_checkpoint
-from ..stream import SettingsError, StreamingSession, StreamSettings
+from ..model import CheckpointError, ConfigError
+from ..stream import SettingsError, StreamingSession
 
 log = logging.getLogger("lingbot_ros.fixture")
 
 REQUIRED_KEYS = ("pose_enc", "depth", "depth_conf")
+# run.kv_cache's keys (spec 9); each is the MapperSettings field of the same name.
+KV_CACHE_KEYS = ("sliding_window", "scale_frames", "cross_frame_special", "include_scale_frames", "camera_only")
 # A pointer file (a checkpoint shared with another fixture) is a tiny text file holding a path.
 _POINTER_MAX_BYTES = 4096
 
@@ -52,17 +56,24 @@ def resolve_checkpoint(path: Path) -> Path:
     raise FixtureError(f"{path}: too many checkpoint pointer hops")
 
 
-def settings_from_run(run: dict) -> StreamSettings:
+def fixture_settings(ref_dir: Path, run: dict) -> MapperSettings:
+    """The spec-18 run of a reference directory: its config.json's arch and run section, its
+    checkpoint, float32 on the CPU with the torch attention backend. The windowed mode's windows
+    come from the run section itself (spec 13.1's keys, null = not given), not from the
+    mapper's long-run settings."""
     kv = run.get("kv_cache", {})
+    unknown = sorted(set(kv) - set(KV_CACHE_KEYS))
+    if unknown:
+        raise FixtureError(f"config.json run.kv_cache: unknown key(s) {unknown}; known: {list(KV_CACHE_KEYS)}")
     try:
-        return StreamSettings(num_scale_frames=run["num_scale_frames"],
+        return MapperSettings(model_config=str(ref_dir / "config.json"),
+                              checkpoint=str(resolve_checkpoint(ref_dir / "ckpt.pt")),
+                              device="cpu", dtype="float32", attention_backend="torch",
+                              num_scale_frames=run["num_scale_frames"],
                               keyframe_interval=run.get("keyframe_interval", 1),
-                              camera_num_iterations=run.get("camera_num_iterations", 4),
-                              dtype="float32", attention_backend="torch", **kv)
+                              camera_num_iterations=run.get("camera_num_iterations", 4), **kv)
     except KeyError as e:
         raise FixtureError(f"config.json run section lacks {e}") from None
-    except TypeError as e:
-        raise FixtureError(f"config.json run.kv_cache: {e}") from None
 
 
 def run_fixture(ref_dir, threads: int | None = None) -> dict[str, np.ndarray]:
@@ -75,18 +86,18 @@ def run_fixture(ref_dir, threads: int | None = None) -> dict[str, np.ndarray]:
         raise FixtureError(f"{cfg_path}: needs 'arch' and 'run' sections")
     if threads:
         torch.set_num_threads(threads)
-    model = build_model(ModelConfig.from_json(config), device="cpu", random_init=False)
-    load_checkpoint(model, resolve_checkpoint(ref_dir / "ckpt.pt"))
+    run = config["run"]
+    settings = fixture_settings(ref_dir, run)
+    model, _ = factory.load_model(settings, settings.device)
     frames = np.load(ref_dir / "frames.npy")
     if frames.ndim == 5 and frames.shape[0] == 1:
         frames = frames[0]
     if frames.ndim != 4 or frames.shape[1] != 3:
         raise FixtureError(f"{ref_dir / 'frames.npy'}: expected [S, 3, H, W], got {frames.shape}")
-    run = config["run"]
     mode = run.get("mode", "streaming")
     if mode not in ("streaming", "windowed"):
         raise FixtureError(f"{cfg_path}: run.mode must be 'streaming' or 'windowed', got {mode!r}")
-    session = StreamingSession(model, settings_from_run(run))
+    session = factory.new_session(model, settings)
     log.info("%s: %d frames %dx%d, model %s, %s", ref_dir, frames.shape[0], frames.shape[3], frames.shape[2],
              model.config.name, mode)
     images = torch.from_numpy(np.ascontiguousarray(frames, dtype=np.float32))
