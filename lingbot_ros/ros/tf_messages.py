@@ -15,8 +15,9 @@ from lingbot_ros.mapping import quaternion_to_rotation, rotation_to_quaternion
 
 TF_TOPIC = "/tf"
 TF_STATIC_TOPIC = "/tf_static"
-# What tf2's TransformBroadcaster offers on /tf and its StaticTransformBroadcaster on /tf_static
-# (the static one latched, so a late listener still gets a robot's URDF frames).
+# tf2's own QoS: /tf as its TransformBroadcaster publishes it; /tf_static as its listener reads it,
+# which matches the (latched) static broadcasters, so a robot's URDF frames published before the
+# node started still arrive.
 TF_QOS = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
                     history=HistoryPolicy.KEEP_LAST, depth=100)
 TF_STATIC_QOS = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
