@@ -1,81 +1,119 @@
-"""Optional /tf output: map -> tf_camera_frame, or map -> odom (needs tf2_ros for odom -> camera).
+"""The node's TF output: one transform per pose on /tf, fitted into a robot's tree (REP 105).
 
-tf2_msgs is not on PyPI, so TF is only available where ROS is installed normally (or tf2_msgs
-was generated locally). ``make_tf_output`` returns None, with the reason, when it is not.
-The node never publishes a transform it does not own: map_to_camera publishes to its own child
-frame (tf_camera_frame, not the camera driver's frame), map_to_odom only the map -> odom edge.
+Modes (``tf_mode``), each publishing one edge, parent -> child:
+  none            nothing
+  map_to_odom     map_frame -> odom_frame = T_map_base(t) @ inverse(T_odom_base(t)), with the
+                  robot's own odometry T_odom_base at the image stamp t (REP 105: the robot keeps
+                  publishing odom -> base_frame, we correct its drift)
+  map_to_base     map_frame -> base_frame = T_map_base (a robot without other odometry)
+  map_to_camera   map_frame -> camera_frame_name = T_map_camera, a frame of the node's own
+                  (not the camera driver's frame, which already has a parent)
+
+The node never steals a link: a TfConflictWatch (ros/tf_conflicts.py) listens for other
+publishers of the child frame; once one is seen the output stops for good (until destroyed),
+logs one ERROR naming the frame, the other parent and the other node, and ``conflict`` keeps it
+for diagnostics. Messages go out as tf2_msgs/TFMessage on /tf with tf2's broadcaster QoS.
+
+How the node calls it:
+    tf_output, why = make_tf_output(node, cfg)          # configure; None (and why) when off
+    tf_output.publish(image.header.stamp, map_base, map_camera, odom_base)   # worker, per pose
+    tf_output.conflict                                   # diagnostics: TfConflict or None
+    tf_output.destroy()                                  # cleanup: publisher and subscriptions gone
 """
 from __future__ import annotations
 
 import numpy as np
-from geometry_msgs.msg import TransformStamped
 
-from lingbot_ros.mapping import quaternion_to_rotation, rotation_to_quaternion
+from lingbot_ros.ros.tf_conflicts import TfConflict, TfConflictWatch
+from lingbot_ros.ros.tf_messages import (TF_QOS, TF_TOPIC, TfUnavailable, inverse, stamp_ns, tf_message_type,
+                                         transform_stamped)
 
-
-def _transform(pose: np.ndarray, stamp, parent: str, child: str) -> TransformStamped:
-    msg = TransformStamped()
-    msg.header.stamp, msg.header.frame_id, msg.child_frame_id = stamp, parent, child
-    msg.transform.translation.x, msg.transform.translation.y, msg.transform.translation.z = (
-        float(v) for v in pose[:3, 3])
-    (msg.transform.rotation.x, msg.transform.rotation.y, msg.transform.rotation.z,
-     msg.transform.rotation.w) = (float(v) for v in rotation_to_quaternion(pose[:3, :3]))
-    return msg
-
-
-def _matrix(transform) -> np.ndarray:
-    t, q = transform.translation, transform.rotation
-    pose = np.eye(4)
-    pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
-    pose[:3, 3] = [t.x, t.y, t.z]
-    return pose
+TF_MODES = ("none", "map_to_odom", "map_to_base", "map_to_camera")
+# Missing odometry is logged at most this often (it can be missing for every frame).
+_SKIP_LOG_PERIOD_S = 5.0
 
 
 class TfOutput:
-    def __init__(self, node, cfg, tf_message_type, buffer=None, listener=None):
-        self.cfg = cfg
-        self._type = tf_message_type
-        self._pub = node.create_publisher(tf_message_type, "/tf", 100)
-        self._buffer, self._listener = buffer, listener
+    """Publishes the ``mode``'s transform for each pose (see the module docstring).
+
+    Raises ValueError for an unknown mode or a child frame equal to map_frame, TfUnavailable when
+    tf2_msgs is not importable (not for mode none, which creates nothing).
+    """
+
+    def __init__(self, node, mode: str, map_frame: str, odom_frame: str, base_frame: str,
+                 camera_frame_name: str):
+        if mode not in TF_MODES:
+            raise ValueError(f"tf_mode {mode!r}: use one of {', '.join(TF_MODES)}")
+        self.mode = mode
+        self.parent = map_frame
+        self.base_frame = base_frame
+        self.child = {"none": "", "map_to_odom": odom_frame, "map_to_base": base_frame,
+                      "map_to_camera": camera_frame_name}[mode]
+        if self.child == map_frame:
+            raise ValueError(f"tf_mode {mode} would publish {map_frame} -> {map_frame}: its child frame "
+                             f"must differ from map_frame")
         self._node = node
+        self._publisher = self._watch = None
+        if mode == "none":
+            return
+        self._type = tf_message_type()
+        self._watch = TfConflictWatch(node, [self.child])
+        self._publisher = node.create_publisher(self._type, TF_TOPIC, TF_QOS)
 
-    def publish(self, pose_map: np.ndarray, stamp, camera_frame: str) -> None:
-        if self.cfg.tf_mode == "map_to_camera":
-            transform = _transform(pose_map, stamp, self.cfg.map_frame, self.cfg.tf_camera_frame)
-        else:
-            from rclpy.time import Time
+    @property
+    def conflict(self) -> TfConflict | None:
+        """The other publisher of our child frame that stopped this output, or None."""
+        return None if self._watch is None else self._watch.conflict
 
-            try:
-                odom_camera = self._buffer.lookup_transform(self.cfg.odom_frame, camera_frame,
-                                                            Time.from_msg(stamp))
-            except Exception as error:   # tf2 raises several lookup exception types
+    def describe(self) -> str:
+        """One line for diagnostics: what is published, or why nothing is."""
+        if self.mode == "none":
+            return "TF off (tf_mode none)"
+        if self.conflict is not None:
+            return "TF refused: " + self.conflict.message
+        return f"publishing {self.parent} -> {self.child} ({self.mode})"
+
+    def publish(self, stamp, map_base: np.ndarray, map_camera: np.ndarray,
+                odom_base: np.ndarray | None = None) -> bool:
+        """Publish this mode's transform at ``stamp`` (the image's builtin_interfaces/Time).
+
+        map_base = T_map_base [4, 4], map_camera = T_map_camera [4, 4], odom_base = T_odom_base
+        [4, 4] at the same stamp (needed by map_to_odom only; None = not known at that stamp, the
+        frame is skipped with a throttled warning). Returns whether a transform went out: False
+        for mode none, a missing odom_base or a detected conflict.
+        """
+        if self._publisher is None or self.conflict is not None:
+            return False
+        if self.mode == "map_to_odom":
+            if odom_base is None:
                 self._node.get_logger().warning(
-                    f"no {self.cfg.odom_frame} -> {camera_frame} transform at this stamp, "
-                    f"map -> odom not published: {error}", throttle_duration_sec=5.0)
-                return
-            map_odom = pose_map @ np.linalg.inv(_matrix(odom_camera.transform))
-            transform = _transform(map_odom, stamp, self.cfg.map_frame, self.cfg.odom_frame)
-        self._pub.publish(self._type(transforms=[transform]))
+                    f"no {self.child} -> {self.base_frame} pose at this image's stamp: {self.parent} -> {self.child} "
+                    f"not published for it", throttle_duration_sec=_SKIP_LOG_PERIOD_S)
+                return False
+            pose = map_base @ inverse(odom_base)
+        elif self.mode == "map_to_base":
+            pose = map_base
+        else:
+            pose = map_camera
+        self._watch.published(self.child, self.parent, stamp_ns(stamp))   # first: the echo may come back fast
+        self._publisher.publish(self._type(transforms=[transform_stamped(pose, stamp, self.parent, self.child)]))
+        return True
 
     def destroy(self) -> None:
-        self._node.destroy_publisher(self._pub)
+        """Remove the publisher and the watch's subscriptions from the node. Idempotent."""
+        if self._publisher is not None:
+            self._node.destroy_publisher(self._publisher)
+            self._watch.destroy()
+        self._publisher = None
 
 
 def make_tf_output(node, cfg) -> tuple[TfOutput | None, str]:
-    """The TF output for ``cfg.tf_mode``, or (None, why not)."""
+    """The TF output for ``cfg.tf_mode`` (frames from cfg: map_frame, odom_frame, base_frame,
+    tf_camera_frame), or (None, why not) for tf_mode none or an install without tf2_msgs."""
     if cfg.tf_mode == "none":
         return None, "tf_mode is none"
     try:
-        from tf2_msgs.msg import TFMessage
-    except ImportError:
-        return None, ("tf2_msgs is not installed (it is not on PyPI): TF output disabled; poses "
-                      "are still on ~/pose and ~/odom")
-    if cfg.tf_mode == "map_to_camera":
-        return TfOutput(node, cfg, TFMessage), "map -> " + cfg.tf_camera_frame
-    try:
-        import tf2_ros
-    except ImportError:
-        return None, "tf_mode map_to_odom needs tf2_ros to look up odom -> camera: TF disabled"
-    buffer = tf2_ros.Buffer()
-    listener = tf2_ros.TransformListener(buffer, node)
-    return TfOutput(node, cfg, TFMessage, buffer, listener), f"map -> {cfg.odom_frame}"
+        output = TfOutput(node, cfg.tf_mode, cfg.map_frame, cfg.odom_frame, cfg.base_frame, cfg.tf_camera_frame)
+    except TfUnavailable as error:
+        return None, f"TF output off: {error}; poses are still on ~/pose and ~/odom"
+    return output, output.describe()
