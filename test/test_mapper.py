@@ -259,9 +259,15 @@ def test_save_writes_the_map_frame_trajectory(make_mapper, tmp_path):
     assert saved.num_poses == 5 and saved.num_points == len(read_ply(tmp_path / "map.ply")[0])
     trajectory = read_tum(tmp_path / "trajectory.tum")
     np.testing.assert_allclose(trajectory.stamps_s(), [1, 2, 3, 4, 5])
-    np.testing.assert_allclose(trajectory.c2w(), np.stack([o.camera_pose for o in outputs]), atol=1e-6)
-    # The map frame is the first camera's optical frame in REP 103 axes.
-    np.testing.assert_allclose(Placement().camera_pose(np.eye(4))[:3, :3], R_MAP_FROM_OPTICAL)
+    # The saved trajectory is the robot base's (REP 105): with the default mount (the camera at
+    # the base, looking along x) the base's pose is the camera's with the optical axes turned back.
+    np.testing.assert_allclose(trajectory.c2w(), np.stack([o.base_pose for o in outputs]), atol=1e-6)
+    for o in outputs:
+        expected = o.camera_pose.copy()
+        expected[:3, :3] = o.camera_pose[:3, :3] @ R_MAP_FROM_OPTICAL.T
+        np.testing.assert_allclose(o.base_pose, expected, atol=1e-6)
+    # A camera at the model's origin is the base at the map's origin.
+    np.testing.assert_allclose(mapper.robot.base_pose(Placement().camera_pose(np.eye(4))), np.eye(4), atol=1e-12)
 
 
 def test_settings_name_every_bad_value():

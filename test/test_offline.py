@@ -26,8 +26,9 @@ def fake_output(index, is_keyframe, height=4, width=6, depth_m=2.0, stamp_s=0.0)
     depth[0, 0] = 70.0                               # beyond the 16-bit PNG range
     result = SimpleNamespace(intrinsic=intrinsic, extrinsic=extrinsic, depth=depth, is_keyframe=is_keyframe)
     frame = InputFrame(rgb=np.zeros((height, width, 3), np.uint8), stamp_ns=round(stamp_s * 1e9))
-    return MapperOutput(frame=frame, index=index, camera_pose=np.eye(4), trusted=True, is_keyframe=is_keyframe,
-                        provisional=False, placement=Placement(), result=result)
+    return MapperOutput(frame=frame, index=index, camera_pose=np.eye(4), base_pose=np.eye(4),
+                        internal_pose=np.eye(4), trusted=True, is_keyframe=is_keyframe, provisional=False,
+                        placement=Placement(), result=result)
 
 
 @pytest.mark.parametrize("depth_format", ["png16", "npy"])

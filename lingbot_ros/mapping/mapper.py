@@ -33,6 +33,7 @@ from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
 from .long_run import make_long_run_policy
 from .points import to_numpy
+from .robot import RobotFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
@@ -79,7 +80,8 @@ class Mapper:
         self._model_ms = 0.0
         self._warned_trajectory_bound = False
         self._restart_reason = ""
-        self._new_stream(Placement())
+        self.robot = RobotFrames(settings)
+        self._new_stream(self._fresh_placement())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
 
     # -- per-stream state ------------------------------------------------------------------------
@@ -100,6 +102,7 @@ class Mapper:
             self.motion.reset()
         self.stamps.reset()
         self.long_run.reset()
+        self.robot.restart()
         if self.windows is not None:
             self.windows.reset()
 
@@ -242,12 +245,21 @@ class Mapper:
         they enter the map itself only when final."""
         self._merge_points()
         provisional = [o for o in self.windows.provisional.values() if o.is_keyframe] if self.windows else []
-        if not provisional:
-            return self.voxel_map.points()
-        voxel_map = self.voxel_map.copy()
-        for output in provisional:
-            voxel_map.insert(*output.points(self.settings.min_confidence, self.settings.map_points_stride))
-        return voxel_map.points()
+        voxel_map = self.voxel_map
+        if provisional:
+            voxel_map = voxel_map.copy()
+            for output in provisional:
+                voxel_map.insert(*output.internal_points(self.settings.min_confidence,
+                                                         self.settings.map_points_stride))
+        xyz, rgb = voxel_map.points()
+        return self.robot.points(xyz), rgb
+
+    def saved_trajectory(self) -> Trajectory:
+        """The robot base's poses in map with the current scale (what save() writes)."""
+        out = Trajectory()
+        for entry in self.trajectory:
+            out.append(entry.stamp_s, self.robot.base_pose(entry.c2w), key=entry.key)
+        return out
 
     def save(self, directory: str | Path) -> SavedMap:
         directory = Path(directory)
@@ -255,7 +267,7 @@ class Mapper:
         ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
         write_ply(ply, xyz, rgb)
-        write_tum(tum, self.trajectory)
+        write_tum(tum, self.saved_trajectory())
         if self.windows is not None:
             write_windows(directory / "windows.csv", self.windows.records)
         self._publish_snapshot()
@@ -319,10 +331,25 @@ class Mapper:
             self._set_state(TRACKING, "tracking")
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
+        internal = self._placement.camera_pose(to_numpy(result.extrinsic))
         return MapperOutput(frame=pending.frame, index=pending.index,
-                            camera_pose=self._placement.camera_pose(to_numpy(result.extrinsic)),
-                            trusted=trusted, is_keyframe=is_keyframe, provisional=not final,
-                            placement=self._placement, result=result)
+                            camera_pose=self.robot.camera_pose(internal), base_pose=self.robot.base_pose(internal),
+                            internal_pose=internal, trusted=trusted, is_keyframe=is_keyframe,
+                            provisional=not final, placement=self._placement, result=result, frames=self.robot)
+
+    def _fresh_placement(self) -> Placement:
+        """A stream with no earlier one to continue from: its first camera at the internal origin."""
+        return Placement(rotation=self.robot.rotation.copy())
+
+    def set_camera_mount(self, base_camera: np.ndarray, source: str) -> bool:
+        """T_base_camera from TF, before the first frame (the map frame is defined by it); False
+        once frames were processed (the mount then stays what it was)."""
+        if self._frames_in:
+            return False
+        self.robot.set_mount(base_camera, source)
+        self._placement = self._fresh_placement()
+        self._publish_snapshot()
+        return True
 
     def _emit(self, outcome, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> None:
         """A frame's first output: published now; final now or when its window's successor ran."""
@@ -338,14 +365,15 @@ class Mapper:
         """An overlap frame run again by the next window: that run's value is the final one."""
         self.windows.provisional.pop(pending.index, None)
         output = self._output(pending, result, is_keyframe, True, final=True)
-        self.trajectory.replace(output.index, output.camera_pose)
+        self.trajectory.replace(output.index, output.internal_pose)
         self._finalise(outcome, output)
 
     def _finalise(self, outcome, output: MapperOutput) -> None:
         outcome.final.append(output)
         if output.is_keyframe:   # the previous keyframe can no longer be rolled back on its own
+            self.robot.keyframe(output.stamp_ns, output.internal_pose)
             self._merge_points()
-            self._unmerged = output.points(self.settings.min_confidence, self.settings.map_points_stride)
+            self._unmerged = output.internal_points(self.settings.min_confidence, self.settings.map_points_stride)
             self._unmerged_index = output.index
 
     def _finalise_provisional(self, outcome: StepOutcome) -> None:
@@ -364,6 +392,7 @@ class Mapper:
             self.motion.reset()
         self._has_results = False
         self._stored = []
+        self.robot.window_switch()
         for pending in self.windows.next_window():
             self._run(outcome, pending)
 
@@ -374,8 +403,8 @@ class Mapper:
             outcome.notices.append(Notice(BOUND, (
                 f"the trajectory holds max_trajectory_poses={trajectory.max_length} poses: the oldest "
                 "are dropped from now on (the saved trajectory starts later)")))
-        trajectory.append(output.stamp_ns / 1e9, output.camera_pose, key=output.index)
-        self._last_pose = output.camera_pose
+        trajectory.append(output.stamp_ns / 1e9, output.internal_pose, key=output.index)
+        self._last_pose = output.internal_pose
 
     def _merge_points(self) -> None:
         if self._unmerged is not None:
@@ -394,7 +423,7 @@ class Mapper:
         if keep_map and self._last_pose is not None:
             placement = self._placement.continuing_from(self._last_pose)
         else:
-            placement = Placement()
+            placement = self._fresh_placement()
             self.voxel_map.clear()
             self.trajectory.clear()
         self._new_stream(placement)
@@ -418,7 +447,7 @@ class Mapper:
         self.session.reset()
         self._merge_points()
         placement = self._placement.continuing_from(self._last_pose) if self._last_pose is not None \
-            else Placement()
+            else self._fresh_placement()
         self._new_stream(placement)
         self._counts["restarts"] += 1
         self._restart_reason = "model error"
@@ -450,6 +479,11 @@ class Mapper:
         nbytes = (0 if kv is None else kv.bytes_allocated) + stats["camera_cache_bytes"]
         return stats["frames_stored"], pages, nbytes
 
+    def _scale_fields(self) -> dict:
+        state = self.robot.scale
+        return {"scale_known": state.known, "scale": state.scale, "scale_spread": state.spread,
+                "scale_text": state.reason, "camera_mount": self.robot.mount_source}
+
     def _window_fields(self) -> dict:
         windows = self.windows
         if windows is None:
@@ -466,5 +500,5 @@ class Mapper:
             rejected=self._counts["rejected"], failed=self._counts["failed"],
             restarts=self._counts["restarts"], keyframes=keyframes, cache_pages=pages, cache_bytes=nbytes,
             model_ms=self._model_ms, map_points=len(self._map), trajectory_poses=len(self.trajectory),
-            last_error=self._last_error, **self._window_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
+            last_error=self._last_error, **self._window_fields(), **self._scale_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
             last_source=None if last is None else last.source)

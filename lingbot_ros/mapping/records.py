@@ -38,12 +38,15 @@ class MapperOutput:
 
     frame: InputFrame
     index: int                 # frames processed since configure (one number per input frame)
-    camera_pose: np.ndarray    # [4, 4] T_map_camera (camera optical frame)
+    camera_pose: np.ndarray    # [4, 4] T_map_camera (camera optical frame), metres once scaled
+    base_pose: np.ndarray      # [4, 4] T_map_base (the robot's base_frame)
+    internal_pose: np.ndarray  # [4, 4] the camera in the Mapper's internal frame (robot.py)
     trusted: bool              # False for the phase-1 batch and the first pose after a restart
     is_keyframe: bool
     provisional: bool
-    placement: Placement       # map pose of the model world this result came from
+    placement: Placement       # internal-frame pose of the model world this result came from
     result: FrameResult        # model outputs in that world (tensors on the model's device)
+    frames: Any = None         # the RobotFrames that placed it (internal -> map)
 
     @property
     def stamp_ns(self) -> int:
@@ -51,17 +54,23 @@ class MapperOutput:
 
     @property
     def depth(self) -> torch.Tensor:
-        """[H, W] depth along the optical axis in map units (model depth times the placement's scale)."""
-        return self.result.depth * self.placement.scale if self.placement.scale != 1.0 else self.result.depth
+        """[H, W] depth along the optical axis in map units (metres once the scale is known)."""
+        scale = self.placement.scale * (self.frames.scale.scale if self.frames is not None else 1.0)
+        return self.result.depth * scale if scale != 1.0 else self.result.depth
 
-    def points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:
-        """Confidence-filtered, strided coloured points of this frame in ``map``: (xyz float32
-        [N, 3], rgb uint8 [N, 3]). The selection runs where the tensors are; only the kept
-        points reach the host."""
+    def internal_points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """Confidence-filtered, strided coloured points of this frame in the internal frame:
+        (xyz float32 [N, 3], rgb uint8 [N, 3]). The selection runs where the tensors are; only
+        the kept points reach the host."""
         colours = image_to_rgb_uint8(self.result.image)
         xyz, rgb = select_points(self.result.world_points, colours, self.result.depth_conf,
                                  min_confidence, stride)
         return self.placement.points(xyz), rgb
+
+    def points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """The same points in ``map``."""
+        xyz, rgb = self.internal_points(min_confidence, stride)
+        return (self.frames.points(xyz) if self.frames is not None else xyz), rgb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,5 +121,10 @@ class MapperSnapshot:
     window: int = 0                   # windowed policy: the current window's number in its stream
     window_scale: float = 1.0         # its alignment's scale to the previous window
     window_overlap_error: float = float("nan")   # mean centre distance over the overlap / motion
+    scale_known: bool = False         # metric scale: metres per model unit known
+    scale: float = 1.0
+    scale_spread: float = float("inf")   # its relative standard error
+    scale_text: str = ""              # why it is not known yet, or how it was found
+    camera_mount: str = ""            # where the camera mount came from
     last_stamp_ns: int | None = None
     last_source: Any = None    # the front end's handle of the last processed frame

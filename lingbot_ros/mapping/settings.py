@@ -13,6 +13,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from ..stream import SettingsError   # one error type for every settings problem
+from .metric_scale import SCALE_SOURCES
 
 KEYFRAME_POLICIES = ("interval", "motion")
 LONG_RUN_POLICIES = ("windowed", "reset", "none")
@@ -69,6 +70,16 @@ def _device(value) -> str | None:
     if value in ("auto", "cpu") or value == "cuda" or (value.startswith("cuda:") and value[5:].isdigit()):
         return None
     return "must be auto, cpu, cuda or cuda:N"
+
+
+def _mount(value) -> str | None:
+    try:
+        numbers = [float(v) for v in value.split()]
+    except ValueError:
+        numbers = []
+    if len(numbers) != 6 or not all(math.isfinite(v) for v in numbers):
+        return "must be six numbers 'x y z roll pitch yaw' (metres, radians)"
+    return None
 
 
 def _patch_multiple(value) -> str | None:
@@ -146,6 +157,21 @@ class MapperSettings:
     max_stamp_jitter_s: float = setting(0.5, "a frame stamped at most this much before the previous one is "
                                              "dropped as jitter (counted as rejected); a larger jump back "
                                              "(a looped bag) restarts the stream and the map", minimum=0, when=LIVE)
+    # -- the robot: camera mount and metric scale ----------------------------------------------
+    camera_mount: str = setting("0 0 0 -1.5707963267948966 0 -1.5707963267948966",
+                                "the camera's optical frame in the robot's base frame, 'x y z roll pitch yaw' "
+                                "(metres, radians), used where TF has no base_frame -> image frame transform; "
+                                "the default: at the base, looking along its x axis", check=_mount)
+    scale_source: str = setting("none", "none (outputs in model units, up to scale), fixed (the scale "
+                                        "setting) or odometry (estimated against the robot's odometry)",
+                                choices=SCALE_SOURCES)
+    scale: float = setting(1.0, "metres per model unit with scale_source fixed", above=0)
+    scale_window_pairs: int = setting(50, "odometry scale: keyframe pairs in the sliding estimate", minimum=1)
+    scale_min_pairs: int = setting(10, "odometry scale: pairs before the scale counts as known", minimum=1)
+    scale_min_motion_m: float = setting(0.2, "odometry scale: odometry motion (m) that closes a pair "
+                                             "(standing still and turning in place give none)", above=0)
+    scale_max_spread: float = setting(0.02, "odometry scale: largest relative standard error of a known "
+                                            "scale", above=0)
     # -- map and trajectory ----------------------------------------------------------------------
     min_confidence: float = setting(1.5, "minimum depth confidence (>= 1) of map and published points",
                                     minimum=0, when=LIVE)
