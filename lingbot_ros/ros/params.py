@@ -179,6 +179,8 @@ def on_set(node, parameters):
         settings, node_settings = split({**current, **mapper_changes, **node_changes})
     except SettingsError as error:
         return SetParametersResult(successful=False, reason=str(error))
+    for name in (*mapper_changes, *node_changes):   # a refused start-up value is replaced by a good one
+        node.refused_parameters.pop(name, None)
     if node.mapper is not None and mapper_changes:
         node.worker.submit(node.mapper.apply_live, settings)
     if node.cfg is not None and node_changes:
