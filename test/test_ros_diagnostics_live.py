@@ -19,11 +19,11 @@ T = Transition
 class Camera:
     """The probe as a 4 Hz camera (a timer on the probe's executor), stamps 0.25 s apart."""
 
-    def __init__(self, ros):
-        self.publisher = ros.node.create_publisher(CompressedImage, BAG_TOPIC, QoSProfile(
+    def __init__(self, env):
+        self.publisher = env.node.create_publisher(CompressedImage, BAG_TOPIC, QoSProfile(
             depth=10, reliability=ReliabilityPolicy.RELIABLE))
         self.sent = 0
-        self.timer = ros.node.create_timer(0.25, self._send)
+        self.timer = env.node.create_timer(0.25, self._send)
         self.timer.cancel()
 
     def _send(self):
@@ -31,17 +31,17 @@ class Camera:
         self.sent += 1
 
 
-def statuses(ros):
+def statuses(env):
     """(main status, frequency status) of the newest /diagnostics array, or None."""
-    return tuple(ros.diagnostics[-1].status) if ros.diagnostics else None
+    return tuple(env.diagnostics[-1].status) if env.diagnostics else None
 
 
-def newest(ros, level: int, what: str, name_index: int = 0, contains: str = ""):
+def newest(env, level: int, what: str, name_index: int = 0, contains: str = ""):
     def match():
-        pair = statuses(ros)
+        pair = statuses(env)
         status = pair and pair[name_index]
         return status if status and status.level == bytes([level]) and contains in status.message else None
-    return ros.wait(match, what)
+    return env.wait(match, what)
 
 
 def _float(name: str, value: float) -> Parameter:

@@ -24,14 +24,14 @@ def _double(name: str, value: float) -> Parameter:
     return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
 
 
-def set_one(ros, parameter: Parameter):
+def set_one(env, parameter: Parameter):
     """The node's answer to one set_parameters request: (successful, reason)."""
-    result = ros.call(SetParameters, "/map_node/set_parameters", SetParameters.Request(parameters=[parameter]))
+    result = env.call(SetParameters, "/map_node/set_parameters", SetParameters.Request(parameters=[parameter]))
     return result.results[0].successful, result.results[0].reason
 
 
-def value_of(ros, name: str):
-    value = ros.call(GetParameters, "/map_node/get_parameters", GetParameters.Request(names=[name])).values[0]
+def value_of(env, name: str):
+    value = env.call(GetParameters, "/map_node/get_parameters", GetParameters.Request(names=[name])).values[0]
     return {ParameterType.PARAMETER_INTEGER: value.integer_value, ParameterType.PARAMETER_DOUBLE: value.double_value,
             ParameterType.PARAMETER_STRING: value.string_value}[value.type]
 

@@ -9,6 +9,8 @@ from lingbot_ros.mapping.records import STATE_NAMES, MapperSnapshot
 from lingbot_ros.ros.diagnostics import Counters, memory_bytes
 from lingbot_ros.ros.health import Report
 
+FRAME_COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camera_info_rejected")
+
 
 def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters, stamp, frame_id: str,
                 lifecycle: str):
@@ -58,15 +60,13 @@ def diagnostic_array(stamp, node_name: str, hardware_id: str, report: Report, sn
     pairs = {
         "state": state_text,
         "diagnostics_window_s": f"{window.duration_s:.2f}",
-        **{f"frames_{name}_in_window": str(window.counts[name]) for name in ("received", "processed", "dropped", "rejected",
-                                                                 "failed", "camera_info_rejected")},
+        **{f"frames_{name}_in_window": str(window.counts[name]) for name in FRAME_COUNTS},
         "input_rate_hz": f"{window.rate_hz('received'):.2f}",
         "processed_rate_hz": f"{window.rate_hz('processed'):.2f}",
         "seconds_since_image": "" if report.quiet_s is None else f"{report.quiet_s:.1f}",
         "latency_ms_mean": f"{window.latency_ms_mean:.1f}",
         "latency_ms_last": f"{counters.latency_ms:.1f}",
-        **{f"frames_{name}": str(window.totals[name]) for name in ("received", "processed", "dropped", "rejected",
-                                                                 "failed", "camera_info_rejected")},
+        **{f"frames_{name}": str(window.totals[name]) for name in FRAME_COUNTS},
         "process_peak_rss_bytes": str(rss),
         "cuda_allocated_bytes": str(cuda),
         # A leak of workers across lifecycle cycles would show here (it must stay 1 or 0).
