@@ -8,23 +8,26 @@ import time
 
 class Counters:
     """Cumulative input counts since configure (what the Mapper never sees: received, dropped
-    before the worker, rejected by the decoder) and the latency of the last frame. Increments
-    come from several threads, hence the lock."""
+    before the worker, rejected by the decoder), the latency of the frames done, and when the
+    newest image arrived. Increments come from several threads, hence the lock."""
 
     FIELDS = ("received", "dropped", "rejected", "camera_info_rejected")
 
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
         self._lock = threading.Lock()
+        self._clock = clock
         self.values = dict.fromkeys(self.FIELDS, 0)
         self.latency_ms = 0.0
         self.last_error = ""
-        self._window = (time.monotonic(), {**self.values, "processed": 0})
-        self._latency_sum = 0.0
-        self._latency_count = 0
+        self.last_received_s: float | None = None   # clock() at the newest image
+        self._latency_ms_total = 0.0
+        self._latency_frames = 0
 
     def add(self, name: str, count: int = 1) -> None:
         with self._lock:
             self.values[name] += count
+            if name == "received":
+                self.last_received_s = self._clock()
 
     def error(self, text: str) -> None:
         with self._lock:
@@ -33,24 +36,15 @@ class Counters:
     def frame_done(self, latency_ms: float) -> None:
         with self._lock:
             self.latency_ms = latency_ms
-            self._latency_sum += latency_ms
-            self._latency_count += 1
+            self._latency_ms_total += latency_ms
+            self._latency_frames += 1
 
     def snapshot(self) -> dict:
+        """The counts, plus ``latency_ms_total`` and ``latency_frames`` (frames done), all
+        cumulative: a window's mean latency is the ratio of their differences."""
         with self._lock:
-            return dict(self.values)
-
-    def rates(self, processed: int) -> tuple[dict, float]:
-        """Per-second rates since the previous call (``processed``: the Mapper's count), and the
-        mean latency over that window."""
-        with self._lock:
-            now, counts = time.monotonic(), {**self.values, "processed": processed}
-            then, previous = self._window
-            self._window = (now, counts)
-            mean_latency = self._latency_sum / self._latency_count if self._latency_count else 0.0
-            self._latency_sum, self._latency_count = 0.0, 0
-        dt = max(now - then, 1e-6)
-        return {k: (counts[k] - previous[k]) / dt for k in counts}, mean_latency
+            return {**self.values, "latency_ms_total": self._latency_ms_total,
+                    "latency_frames": self._latency_frames}
 
 
 def memory_bytes(device: str) -> tuple[int, int]:

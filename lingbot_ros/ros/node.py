@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
@@ -30,9 +31,10 @@ from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.ros import params, services
 from lingbot_ros.ros.diagnostics import Counters
+from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
-from lingbot_ros.ros.status import diagnostic_array, fill_status
+from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.tf import make_tf_output
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
@@ -52,6 +54,8 @@ class MapNode(LifecycleNode):
         self.inputs: Inputs | None = None
         self.cfg: params.NodeSettings | None = None
         self.counters = Counters()
+        self.health = Health()
+        self.configure_error = ""   # why the last configure failed: /diagnostics says so until one succeeds
         self._own_services: list = []
         self._own_timers: list = []
         self._tf = None
@@ -61,6 +65,10 @@ class MapNode(LifecycleNode):
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        # /diagnostics reports in every state, unconfigured included (a failed configure is an ERROR).
+        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diagnostics_timer = self.create_timer(params.NodeSettings.diagnostics_period_s,
+                                                    self._on_diagnostics_timer, callback_group=self._timer_group)
         if MapStatus is None:
             self.get_logger().warning(
                 "lingbot_ros interfaces (MapStatus, SaveMap) are not built: status goes to /diagnostics "
@@ -75,8 +83,10 @@ class MapNode(LifecycleNode):
         try:
             settings, self.cfg = params.read(self, self.refused_parameters)
         except SettingsError as error:
-            self.get_logger().error(f"configure failed, fix the parameters: {error}")
+            self.configure_error = f"configure failed, fix the parameters: {error}"
+            self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.FAILURE
+        self._diagnostics_timer.timer_period_ns = round(self.cfg.diagnostics_period_s * 1e9)
         try:
             self.bundle = factory.build(settings)
             self.mapper = Mapper(settings, self.bundle)
@@ -103,8 +113,10 @@ class MapNode(LifecycleNode):
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
             hint = (" (fused_blocks compiles kernels with torch.compile, which needs Triton and a C compiler "
                     "on CUDA; fused_blocks:=false runs without it)" if settings.fused_blocks else "")
-            self.get_logger().error(f"configure failed: {type(error).__name__}: {error}{hint}")
+            self.configure_error = f"configure failed: {type(error).__name__}: {error}{hint}"
+            self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.ERROR
+        self.configure_error = ""
         self.publish_status()
         return TransitionCallbackReturn.SUCCESS
 
@@ -209,7 +221,8 @@ class MapNode(LifecycleNode):
     def lifecycle_text(self) -> str:
         label = self._state_machine.current_state[1]
         return "" if label == "active" else {
-            "inactive": "inactive: the stream is paused and resumes where it stopped at activate"}.get(label, label)
+            "inactive": "inactive: the stream is paused and resumes where it stopped at activate",
+            "unconfigured": "unconfigured: no model loaded (configure to start)"}.get(label, label)
 
     def status_message(self, mapper=None):
         snapshot = (mapper or self.mapper).snapshot
@@ -229,22 +242,24 @@ class MapNode(LifecycleNode):
         for timer in self._own_timers:
             self.destroy_timer(timer)
         cfg, group = self.cfg, self._timer_group
-        self._own_timers = [self.create_timer(cfg.diagnostics_period_s, self._on_diagnostics_timer,
-                                              callback_group=group)]
+        self._own_timers = []
         if cfg.map_publish_period_s > 0:
             self._own_timers.append(self.create_timer(cfg.map_publish_period_s, self._on_map_timer,
                                                       callback_group=group))
 
     def _on_diagnostics_timer(self) -> None:
-        mapper, outputs = self.mapper, self.outputs
-        if mapper is None or outputs is None:
-            return
-        extra = {"camera_info": self.inputs.camera_info_k if self.inputs else ""} if self.cfg.use_camera_info else {}
-        extra["model"] = self.bundle.description + (" (RANDOM WEIGHTS: not a map)"
-                                                    if self.bundle.random_weights else "")
-        outputs.diagnostics.publish(diagnostic_array(
-            self.get_clock().now().to_msg(), f"{self.get_name()}: LingBot-Map", self.get_fully_qualified_name(),
-            mapper.snapshot, self.counters, self.bundle.device, self.lifecycle_text(), extra))
+        mapper, bundle, inputs, cfg = self.mapper, self.bundle, self.inputs, self.cfg or params.NodeSettings()
+        snapshot = mapper.snapshot if mapper is not None else None
+        counters = self.counters
+        extra = {"camera_info": inputs.camera_info_k if inputs else ""} if cfg.use_camera_info else {}
+        if bundle is not None:
+            extra["model"] = bundle.description + (" (RANDOM WEIGHTS: not a map)" if bundle.random_weights else "")
+        report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
+            self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
+            self.configure_error, counters.last_received_s), Limits.of(cfg))
+        self._diagnostics.publish(diagnostic_array(
+            self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
+            counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))
         self.publish_status()
 
     def _on_map_timer(self) -> None:
@@ -265,10 +280,11 @@ class MapNode(LifecycleNode):
     def apply_live(self, cfg: params.NodeSettings) -> None:
         """New values of the node's parameters (validated; only LIVE ones may differ while
         active): take effect now where the node is configured, else at configure."""
-        periods = (self.cfg.diagnostics_period_s, self.cfg.map_publish_period_s)
+        period = self.cfg.map_publish_period_s
         self.cfg = cfg
+        self._diagnostics_timer.timer_period_ns = round(cfg.diagnostics_period_s * 1e9)
         if self.path is None:   # not configured: configure reads them
             return
         self.path.max_length = cfg.path_max_length
-        if periods != (cfg.diagnostics_period_s, cfg.map_publish_period_s):
+        if period != cfg.map_publish_period_s:
             self._start_timers()

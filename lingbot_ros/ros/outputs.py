@@ -1,8 +1,8 @@
 """The node's publishers, typed, and what each publishes for one Mapper output.
 
-Per-frame topics are lifecycle publishers (silent while inactive); status and diagnostics are
-plain publishers (they report in every state). A topic nobody subscribes to costs nothing: its
-message is not even built.
+Per-frame topics are lifecycle publishers (silent while inactive); status is a plain publisher
+(it reports while inactive too; /diagnostics belongs to the node, which reports in every state).
+A topic nobody subscribes to costs nothing: its message is not even built.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import collections
 import dataclasses
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
@@ -40,7 +39,6 @@ class Outputs:
     depth_info: object
     confidence: object
     confidence_info: object
-    diagnostics: object
     status: object | None
 
     @classmethod
@@ -58,7 +56,6 @@ class Outputs:
             depth_info=lifecycle(CameraInfo, "~/depth/camera_info", OUTPUT_QOS),
             confidence=lifecycle(Image, "~/confidence/image", OUTPUT_QOS),
             confidence_info=lifecycle(CameraInfo, "~/confidence/camera_info", OUTPUT_QOS),
-            diagnostics=node.create_publisher(DiagnosticArray, "/diagnostics", 10),
             status=node.create_publisher(MapStatus, "~/status", LATCHED_QOS) if MapStatus is not None else None)
 
     def destroy(self) -> None:
@@ -66,7 +63,7 @@ class Outputs:
             publisher = getattr(self, field.name)
             if field.name == "node" or publisher is None:
                 continue
-            if field.name in ("diagnostics", "status"):
+            if field.name == "status":
                 self.node.destroy_publisher(publisher)
             else:
                 self.node.destroy_lifecycle_publisher(publisher)

@@ -27,6 +27,10 @@ def _frame_name(value) -> str | None:
         "must be a TF frame name (non-empty, no spaces or inner slashes)"
 
 
+def _below_1(value) -> str | None:
+    return None if value < 1 else "must be below 1"
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
     autostart: bool = setting(True, "configure and activate at start-up (off: wait for lifecycle transitions)")
@@ -70,6 +74,17 @@ class NodeSettings:
     diagnostics_period_s: float = setting(1.0, "period of /diagnostics and of the periodic ~/status", above=0,
                                           when=LIVE)
     service_timeout_s: float = setting(30.0, "how long a service waits for the worker", above=0, when=LIVE)
+    # -- health (/diagnostics levels) -------------------------------------------------------------
+    diagnostics_window_s: float = setting(5.0, "sliding window of /diagnostics' counts and rates: a drop, a "
+                                               "bad input or a model failure sets the level for this long",
+                                          above=0, when=LIVE)
+    stale_after_s: float = setting(3.0, "while active, /diagnostics is STALE when no image arrived for this "
+                                        "long (0 = never)", minimum=0, when=LIVE)
+    expected_rate_hz: float = setting(0.0, "the camera's frame rate: /diagnostics warns when images arrive "
+                                           "outside rate_tolerance of it (0 = unknown: the rate is only "
+                                           "reported)", minimum=0, when=LIVE)
+    rate_tolerance: float = setting(0.1, "relative tolerance of expected_rate_hz, and of the processed rate "
+                                         "against the input rate", minimum=0, check=_below_1, when=LIVE)
 
     def __post_init__(self):
         errors = field_errors(self)
@@ -179,6 +194,8 @@ def on_set(node, parameters):
         settings, node_settings = split({**current, **mapper_changes, **node_changes})
     except SettingsError as error:
         return SetParametersResult(successful=False, reason=str(error))
+    for name in (*mapper_changes, *node_changes):   # a refused start-up value is replaced by a good one
+        node.refused_parameters.pop(name, None)
     if node.mapper is not None and mapper_changes:
         node.worker.submit(node.mapper.apply_live, settings)
     if node.cfg is not None and node_changes:

@@ -7,6 +7,9 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from lingbot_ros.mapping.records import STATE_NAMES, MapperSnapshot
 from lingbot_ros.ros.diagnostics import Counters, memory_bytes
+from lingbot_ros.ros.health import Report
+
+FRAME_COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camera_info_rejected")
 
 
 def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters, stamp, frame_id: str,
@@ -34,51 +37,66 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     return msg
 
 
-def diagnostic_array(stamp, name: str, hardware_id: str, snapshot: MapperSnapshot, counters: Counters,
-                     device: str, lifecycle: str, extra: dict) -> DiagnosticArray:
-    rates, mean_latency = counters.rates(snapshot.processed)
-    inputs = counters.snapshot()
+def totals(snapshot: MapperSnapshot | None, inputs: dict) -> dict:
+    """Health's cumulative counts: the node's input counters (Counters.snapshot()) plus the
+    Mapper's (none while unconfigured)."""
+    mapper = snapshot or MapperSnapshot()
+    return {**inputs, "rejected": inputs["rejected"] + mapper.rejected, "processed": mapper.processed,
+            "failed": mapper.failed}
+
+
+def diagnostic_array(stamp, node_name: str, hardware_id: str, report: Report, snapshot: MapperSnapshot | None,
+                     counters: Counters, device: str, lifecycle: str, extra: dict) -> DiagnosticArray:
+    """Two statuses: ``<node>: LingBot-Map`` (the health level, its reasons worst first, and the
+    numbers) and ``<node>: image input frequency`` (diagnostic_updater's FrequencyStatus keys).
+    ``snapshot`` is None while no Mapper exists (unconfigured); ``lifecycle`` as in fill_status."""
+    window = report.window
+    if snapshot is None:
+        state_text = lifecycle
+    else:
+        state_text = STATE_NAMES[snapshot.state] + ": " + snapshot.state_text
+        state_text = f"{lifecycle}; {state_text}" if lifecycle else state_text
     rss, cuda = memory_bytes(device)
-    state_text = STATE_NAMES[snapshot.state] + ": " + snapshot.state_text
-    if lifecycle:
-        state_text = f"{lifecycle}; {state_text}"
-    level, message = DiagnosticStatus.OK, state_text
-    if counters.last_error:
-        level = DiagnosticStatus.WARN
-        message = f"{state_text}; last error: {counters.last_error}"
     pairs = {
         "state": state_text,
-        "input_rate_hz": f"{rates['received']:.2f}",
-        "processed_rate_hz": f"{rates['processed']:.2f}",
-        "dropped_rate_hz": f"{rates['dropped']:.2f}",
-        "latency_ms_mean": f"{mean_latency:.1f}",
+        "diagnostics_window_s": f"{window.duration_s:.2f}",
+        **{f"frames_{name}_in_window": str(window.counts[name]) for name in FRAME_COUNTS},
+        "input_rate_hz": f"{window.rate_hz('received'):.2f}",
+        "processed_rate_hz": f"{window.rate_hz('processed'):.2f}",
+        "seconds_since_image": "" if report.quiet_s is None else f"{report.quiet_s:.1f}",
+        "latency_ms_mean": f"{window.latency_ms_mean:.1f}",
         "latency_ms_last": f"{counters.latency_ms:.1f}",
-        "model_ms_last": f"{snapshot.model_ms:.1f}",
-        "cache_keyframes": str(snapshot.keyframes),
-        "cache_pages": str(snapshot.cache_pages),
-        "cache_bytes": str(snapshot.cache_bytes),
-        "map_points": str(snapshot.map_points),
-        "trajectory_poses": str(snapshot.trajectory_poses),
+        **{f"frames_{name}": str(window.totals[name]) for name in FRAME_COUNTS},
         "process_peak_rss_bytes": str(rss),
         "cuda_allocated_bytes": str(cuda),
-        "frames_received": str(inputs["received"]),
-        "frames_processed": str(snapshot.processed),
-        "frames_dropped": str(inputs["dropped"]),
-        "frames_rejected": str(inputs["rejected"] + snapshot.rejected),
-        "frames_failed": str(snapshot.failed),
-        "frames_camera_info_rejected": str(inputs["camera_info_rejected"]),
-        "stream_restarts": str(snapshot.restarts),
-        "window": str(snapshot.window),
-        "window_scale": f"{snapshot.window_scale:.6g}",
-        "window_overlap_error": f"{snapshot.window_overlap_error:.4g}",
         # A leak of workers across lifecycle cycles would show here (it must stay 1 or 0).
         "worker_threads": str(sum(t.name == "lingbot_worker" and t.is_alive() for t in threading.enumerate())),
         "last_error": counters.last_error,
-        **extra,
     }
-    status = DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id,
-                              values=[KeyValue(key=k, value=str(v)) for k, v in pairs.items()])
+    if snapshot is not None:
+        pairs.update({
+            "model_ms_last": f"{snapshot.model_ms:.1f}",
+            "cache_keyframes": str(snapshot.keyframes),
+            "cache_pages": str(snapshot.cache_pages),
+            "cache_bytes": str(snapshot.cache_bytes),
+            "map_points": str(snapshot.map_points),
+            "trajectory_poses": str(snapshot.trajectory_poses),
+            "stream_restarts": str(snapshot.restarts),
+            "window": str(snapshot.window),
+            "window_scale": f"{snapshot.window_scale:.6g}",
+            "window_overlap_error": f"{snapshot.window_overlap_error:.4g}",
+        })
+    pairs.update(extra)
+    frequency = report.frequency
     array = DiagnosticArray()
     array.header.stamp = stamp
-    array.status = [status]
+    array.status = [_status(report.level, f"{node_name}: LingBot-Map", report.message(state_text), hardware_id,
+                            pairs),
+                    _status(frequency.level, f"{node_name}: image input frequency", frequency.message, hardware_id,
+                            frequency.values)]
     return array
+
+
+def _status(level: int, name: str, message: str, hardware_id: str, pairs: dict) -> DiagnosticStatus:
+    return DiagnosticStatus(level=bytes([level]), name=name, message=message, hardware_id=hardware_id,
+                            values=[KeyValue(key=k, value=str(v)) for k, v in pairs.items()])
