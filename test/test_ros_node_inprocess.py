@@ -24,6 +24,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
 from conftest import wait_until  # noqa: E402
 
+from lingbot_ros.mapping.trajectory import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
 from lingbot_ros.ros import messages  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
@@ -49,7 +50,7 @@ def stamp_ns(header) -> int:
 class Live:
     """A configured, active MapNode plus a probe recording its outputs."""
 
-    TOPICS = {"pose": PoseStamped, "depth/image": Image, "depth/camera_info": CameraInfo,
+    TOPICS = {"pose": PoseStamped, "camera_pose": PoseStamped, "depth/image": Image, "depth/camera_info": CameraInfo,
               "confidence/image": Image, "confidence/camera_info": CameraInfo, "map": PointCloud2}
 
     def __init__(self, node_params: dict):
@@ -258,21 +259,83 @@ def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
     assert "gap of 9.700 s" in err and "image stamp went back" in err
 
 
-def test_tf_map_to_camera_matches_the_pose(live):
+def _matrix(position, orientation) -> np.ndarray:
+    pose = np.eye(4)
+    pose[:3, :3] = quaternion_to_rotation(np.array([orientation.x, orientation.y, orientation.z, orientation.w]))
+    pose[:3, 3] = [position.x, position.y, position.z]
+    return pose
+
+
+def _tf_env(live, **params):
     tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not installed (scripts/setup.sh generates it)")
-    env = live(tf_mode="map_to_camera")
+    env = live(**params)
     transforms = []
     env.probe.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 50)
-    wait(lambda: env.node._tf._pub.get_subscription_count(), "the probe's /tf subscription")
+    wait(lambda: env.node.robot.tf._publisher.get_subscription_count(), "the probe's /tf subscription")
+    return env, transforms, tf2_msgs
+
+
+def test_tf_map_to_camera_matches_the_camera_pose(live):
+    env, transforms, _ = _tf_env(live, tf_mode="map_to_camera")
     images = [env.send(20 + 0.1 * i, shift_px=8 * i) for i in range(4)]
-    wait(lambda: len(transforms) == 4 and len(env.received["pose"]) == 4, "4 transforms and 4 poses")
-    for tf_msg, pose, image in zip(transforms, env.received["pose"], images):
+    wait(lambda: len(transforms) == 4 and len(env.received["camera_pose"]) == 4, "4 transforms and 4 poses")
+    for tf_msg, pose, image in zip(transforms, env.received["camera_pose"], images):
         (t,) = tf_msg.transforms
         assert (t.header.frame_id, t.child_frame_id) == ("map", "lingbot_camera")
         assert stamp_ns(t.header) == stamp_ns(pose.header) == stamp_ns(image.header)
-        p, q = pose.pose.position, pose.pose.orientation
-        np.testing.assert_allclose([t.transform.translation.x, t.transform.translation.y,
-                                    t.transform.translation.z], [p.x, p.y, p.z], atol=1e-6)
-        np.testing.assert_allclose([t.transform.rotation.x, t.transform.rotation.y,
-                                    t.transform.rotation.z, t.transform.rotation.w],
-                                   [q.x, q.y, q.z, q.w], atol=1e-6)
+        np.testing.assert_allclose(_matrix(t.transform.translation, t.transform.rotation),
+                                   _matrix(pose.pose.position, pose.pose.orientation), atol=1e-6)
+
+
+def test_the_mount_from_tf_static_places_the_base_and_map_to_odom_corrects_the_odometry(live):
+    """A URDF-like /tf_static base_link -> cam, and the robot's odometry on ~/odometry_in: ~/pose is
+    the base (camera pose = base pose @ mount), and map -> odom = T_map_base @ inverse(T_odom_base)
+    at each image stamp (REP 105)."""
+    from geometry_msgs.msg import TransformStamped
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import DurabilityPolicy as D
+
+    env, transforms, tf2_msgs = _tf_env(live, tf_mode="map_to_odom")
+    mount = TransformStamped()
+    mount.header.frame_id, mount.child_frame_id = "base_link", "cam"
+    mount.transform.translation.x, mount.transform.translation.z = 0.2, 0.5
+    # The optical frame looking along the base's x axis, pitched down by 0.3 rad.
+    optical = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+    pitch = np.array([[np.cos(0.3), 0, np.sin(0.3)], [0, 1, 0], [-np.sin(0.3), 0, np.cos(0.3)]])
+    q = rotation_to_quaternion(pitch @ optical)
+    (mount.transform.rotation.x, mount.transform.rotation.y, mount.transform.rotation.z,
+     mount.transform.rotation.w) = q
+    static = env.probe.create_publisher(tf2_msgs.TFMessage, "/tf_static", QoSProfile(
+        depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=D.TRANSIENT_LOCAL))
+    static.publish(tf2_msgs.TFMessage(transforms=[mount]))
+    odometry = env.probe.create_publisher(Odometry, "/map_node/odometry_in", 50)
+    wait(odometry.get_subscription_count, "the node's odometry subscription")
+    wait(lambda: env.node.robot.lookup.lookup("base_link", "cam") is not None, "the mount on /tf_static")
+    expected_mount = np.eye(4)
+    expected_mount[:3, :3], expected_mount[:3, 3] = pitch @ optical, [0.2, 0, 0.5]
+    odom_base = {}
+    for i in range(30):                                   # 50 Hz odometry over the 3 s of images
+        stamp_s = 20 + 0.1 * i
+        msg = Odometry()
+        msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp_s), round(stamp_s % 1 * 1e9)
+        msg.header.frame_id, msg.child_frame_id = "odom", "base_link"
+        msg.pose.pose.position.x, msg.pose.pose.orientation.w = 0.05 * i, 1.0
+        odometry.publish(msg)
+        odom_base[stamp_ns(msg.header)] = _matrix(msg.pose.pose.position, msg.pose.pose.orientation)
+    wait(lambda: len(env.node.mapper.robot.odometry) == 30, "the odometry buffered")
+    images = [env.send(20 + 0.1 * i, shift_px=8 * i) for i in range(5)]
+    wait(lambda: len(transforms) == 5 and len(env.received["pose"]) == 5, "5 transforms and 5 poses")
+    assert env.node.mapper.snapshot.camera_mount == "TF base_link -> cam"
+    for tf_msg, base, camera, image in zip(transforms, env.received["pose"], env.received["camera_pose"], images):
+        (t,) = tf_msg.transforms
+        assert (t.header.frame_id, t.child_frame_id) == ("map", "odom")
+        stamp = stamp_ns(image.header)
+        assert stamp_ns(t.header) == stamp_ns(base.header) == stamp
+        map_base = _matrix(base.pose.position, base.pose.orientation)
+        np.testing.assert_allclose(_matrix(camera.pose.position, camera.pose.orientation),
+                                   map_base @ expected_mount, atol=1e-5)
+        np.testing.assert_allclose(_matrix(t.transform.translation, t.transform.rotation),
+                                   map_base @ np.linalg.inv(odom_base[stamp]), atol=1e-5)
+    # The first camera is the model's origin: the base starts at the map's origin.
+    np.testing.assert_allclose(env.node.mapper.robot.base_pose(
+        env.node.mapper._placement.camera_pose(np.eye(4))), np.eye(4), atol=1e-9)

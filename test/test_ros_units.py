@@ -113,7 +113,7 @@ def test_default_parameters_validate_and_match_map_yaml():
     ({"keyframe_interval": 0}, "'keyframe_interval' must be >= 1"),
     ({"image_width": 500}, "'image_width' must be a positive multiple of 14"),
     ({"image_qos": "fast"}, "'image_qos' must be one of"),
-    ({"tf_mode": "map_to_base"}, "'tf_mode' must be one of"),
+    ({"tf_mode": "map_to_world"}, "'tf_mode' must be one of"),
     ({"checkpoint": "/no/such.pt"}, "'checkpoint' names a file that does not exist"),
     ({"map_voxel_size_m": 0.0}, "'map_voxel_size_m' must be > 0"),
     ({"min_confidence": float("nan")}, "'min_confidence' must be a finite number"),

@@ -50,6 +50,7 @@ class Facts:
     random_weights: bool = False        # the loaded model has no checkpoint
     configure_error: str = ""           # why the last configure failed ('' after a good one)
     last_image_s: float | None = None   # monotonic time of the newest image received
+    tf_conflict: str = ""               # the TF output stopped: another publisher owns its child frame
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +170,8 @@ def _reasons(window: Window, facts: Facts, limits: Limits, quiet_s: float | None
     reasons = []
     if facts.configure_error:
         reasons.append((ERROR, facts.configure_error))
+    if facts.tf_conflict:
+        reasons.append((ERROR, facts.tf_conflict))
     if facts.random_weights:
         reasons.append((ERROR, "random-weight model (no checkpoint): poses, depth and map are not a "
                                "reconstruction; set the 'checkpoint' parameter"))

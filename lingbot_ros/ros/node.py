@@ -35,7 +35,7 @@ from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
 from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
-from lingbot_ros.ros.tf import make_tf_output
+from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
 # On a machine that has never run the model on CUDA, the warm-up JIT-compiles FlashInfer's
@@ -58,7 +58,7 @@ class MapNode(LifecycleNode):
         self.configure_error = ""   # why the last configure failed: /diagnostics says so until one succeeds
         self._own_services: list = []
         self._own_timers: list = []
-        self._tf = None
+        self.robot: RobotLink | None = None
         super().__init__("map_node", **kwargs)
         self.refused_parameters = params.declare(self)   # start-up values out of range
         self._image_group = MutuallyExclusiveCallbackGroup()
@@ -104,12 +104,11 @@ class MapNode(LifecycleNode):
                 seconds = self.worker.submit(self.mapper.warm_up).result(timeout=WARMUP_TIMEOUT_S)
                 self.get_logger().info(f"warm-up done in {seconds:.1f} s")
             self.outputs = Outputs.create(self)
-            self.path = PathCache(self.mapper.trajectory, self.cfg.map_frame, self.cfg.path_max_length)
+            self.path = PathCache(self.mapper.trajectory, self.mapper.robot, self.cfg.map_frame,
+                                  self.cfg.path_max_length)
             self._own_services = services.create(self, self._service_group)
             self._start_timers()
-            self._tf, why = make_tf_output(self, self.cfg)
-            if self._tf is None and self.cfg.tf_mode != "none":
-                self.get_logger().warning(why)
+            self.robot = RobotLink(self, self.cfg, self.mapper, self._image_group)
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
             hint = (" (fused_blocks compiles kernels with torch.compile, which needs Triton and a C compiler "
                     "on CUDA; fused_blocks:=false runs without it)" if settings.fused_blocks else "")
@@ -172,10 +171,10 @@ class MapNode(LifecycleNode):
             self.destroy_service(service)
         if self.outputs is not None:
             self.outputs.destroy()
-        if self._tf is not None:
-            self._tf.destroy()
+        if self.robot is not None:
+            self.robot.destroy()
         device = self.bundle.device if self.bundle is not None else "cpu"
-        self._own_timers, self._own_services, self._tf = [], [], None
+        self._own_timers, self._own_services, self.robot = [], [], None
         self.worker = self.outputs = self.path = self.mapper = self.bundle = None
         gc.collect()
         if device.startswith("cuda"):
@@ -191,6 +190,7 @@ class MapNode(LifecycleNode):
     # -- worker side --------------------------------------------------------------------------
 
     def _handle_frame(self, frame: InputFrame) -> None:
+        self.robot.before_frame(frame)
         outcome = self.mapper.process(frame)
         self.report(outcome.notices)
         if not self.context.ok():   # shutting down: nothing can be published any more
@@ -198,9 +198,7 @@ class MapNode(LifecycleNode):
         for output in outcome.new:
             self.path.add(output)
             self.outputs.frame(output, self.cfg, self.mapper.settings.min_confidence, self.path)
-            if self._tf is not None:
-                self._tf.publish(output.camera_pose, output.frame.source,
-                                 self.cfg.camera_frame or output.frame.frame_id)
+            self.robot.publish(output)
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6)
         self.publish_status()
 
@@ -254,9 +252,13 @@ class MapNode(LifecycleNode):
         extra = {"camera_info": inputs.camera_info_k if inputs else ""} if cfg.use_camera_info else {}
         if bundle is not None:
             extra["model"] = bundle.description + (" (RANDOM WEIGHTS: not a map)" if bundle.random_weights else "")
+        robot = self.robot
+        conflict = robot.conflict if robot is not None else None
+        if robot is not None:
+            extra.update(robot.describe())
         report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
             self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
-            self.configure_error, counters.last_received_s), Limits.of(cfg))
+            self.configure_error, counters.last_received_s, conflict.message if conflict else ""), Limits.of(cfg))
         self._diagnostics.publish(diagnostic_array(
             self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
             counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))

@@ -18,7 +18,8 @@ from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSetti
 
 QOS_CHOICES = ("sensor_data", "reliable", "best_effort")
 IMAGE_QOS_CHOICES = ("auto",) + QOS_CHOICES
-TF_MODES = ("none", "map_to_camera", "map_to_odom")
+TF_MODES = ("none", "map_to_odom", "map_to_base", "map_to_camera")
+ODOMETRY_SOURCES = ("topic", "tf")
 IMAGE_TRANSPORTS = ("raw", "compressed")
 
 
@@ -58,14 +59,22 @@ class NodeSettings:
                                     when=ACTIVATE)
     # -- output ----------------------------------------------------------------------------------
     map_frame: str = setting("map", "frame of poses, path, odometry and clouds", check=_frame_name)
+    base_frame: str = setting("base_link", "the robot's base frame: ~/pose, ~/odom and ~/path are its poses, "
+                                           "and the camera mount is looked up as base_frame -> the image's "
+                                           "frame_id", check=_frame_name)
     camera_frame: str = setting("", "child frame of odometry and frame of depth images; empty = the "
                                     "image's frame_id")
-    tf_mode: str = setting("none", "none, map_to_camera (map -> tf_camera_frame) or map_to_odom (needs "
-                                   "tf2_ros)", choices=TF_MODES)
+    tf_mode: str = setting("none", "none, map_to_odom (REP 105: map -> odom_frame from the robot's "
+                                   "odometry), map_to_base (map -> base_frame, a robot without other "
+                                   "odometry) or map_to_camera (map -> tf_camera_frame)", choices=TF_MODES)
+    odometry_source: str = setting("topic", "the robot's odometry (map_to_odom, scale_source odometry): "
+                                            "topic (~/odometry_in, nav_msgs/Odometry) or tf (odom_frame -> "
+                                            "base_frame; needs tf2_ros)", choices=ODOMETRY_SOURCES)
     tf_camera_frame: str = setting("lingbot_camera", "child frame for tf_mode map_to_camera; must be a frame "
                                                      "no other node publishes", check=_frame_name)
-    odom_frame: str = setting("odom", "odometry frame for tf_mode map_to_odom", check=_frame_name)
-    odom_variance: float = setting(0.01, "pose covariance diagonal of ~/odom while tracking", minimum=0,
+    odom_frame: str = setting("odom", "the robot's odometry frame (tf_mode map_to_odom)", check=_frame_name)
+    odom_variance: float = setting(0.01, "pose covariance diagonal of ~/odom while tracking (1e6 while the "
+                                         "pose is not to be fused)", minimum=0,
                                    when=LIVE)
     path_max_length: int = setting(1000, "poses in ~/path", minimum=1, when=LIVE)
     points_stride: int = setting(4, "pixel stride of ~/points", minimum=1, when=LIVE)
@@ -88,8 +97,9 @@ class NodeSettings:
 
     def __post_init__(self):
         errors = field_errors(self)
-        if self.tf_camera_frame == self.map_frame:
-            errors.append("'tf_camera_frame' must differ from 'map_frame'")
+        for name in ("tf_camera_frame", "base_frame", "odom_frame"):
+            if getattr(self, name) == self.map_frame:
+                errors.append(f"'{name}' must differ from 'map_frame'")
         if errors:
             raise SettingsError("invalid parameters: " + "; ".join(errors))
 

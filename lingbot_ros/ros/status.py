@@ -34,6 +34,13 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.latency_ms = float(counters.latency_ms)
     msg.model_ms = float(snapshot.model_ms)
     msg.last_error = counters.last_error
+    msg.window = snapshot.window
+    msg.window_scale = float(snapshot.window_scale)
+    msg.window_overlap_error = float(snapshot.window_overlap_error)
+    msg.scale_known = snapshot.scale_known
+    msg.scale = float(snapshot.scale)
+    msg.scale_spread = float(min(snapshot.scale_spread, 3.4e38))
+    msg.scale_text = snapshot.scale_text if not snapshot.scale_known else "known"
     return msg
 
 
@@ -85,6 +92,9 @@ def diagnostic_array(stamp, node_name: str, hardware_id: str, report: Report, sn
             "window": str(snapshot.window),
             "window_scale": f"{snapshot.window_scale:.6g}",
             "window_overlap_error": f"{snapshot.window_overlap_error:.4g}",
+            "metric_scale": f"{snapshot.scale:.6g}" if snapshot.scale_known else "unknown",
+            "metric_scale_spread": f"{snapshot.scale_spread:.4g}",
+            "metric_scale_status": snapshot.scale_text or "known",
         })
     pairs.update(extra)
     frequency = report.frequency

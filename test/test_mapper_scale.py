@@ -1,0 +1,86 @@
+"""Metric scale in the Mapper: a fixed scale and one estimated against synthetic odometry of
+known scale reach every output (poses, points, map, depth), and the status says when it is not
+known yet."""
+import dataclasses
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.settings import MapperSettings
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+@pytest.fixture(scope="module")
+def base(shared_dir):
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    files = sorted((shared_dir / "data" / "loop_jpg").glob("*.jpg"))[:40]
+    if not (fixture / "ckpt.pt").exists() or len(files) < 40:
+        pytest.skip(f"tiny fixture or loop_jpg missing under {shared_dir}")
+    settings = MapperSettings(checkpoint=str(fixture / "ckpt.pt"), model_config=str(fixture / "config.json"),
+                              device="cpu", image_width=112, num_scale_frames=3, scale_frames=3,
+                              sliding_window=4, min_confidence=0.0, long_run_policy="none")
+    frames = [InputFrame(rgb=np.asarray(Image.open(f).convert("RGB")), stamp_ns=10**9 + i * 10**8)
+              for i, f in enumerate(files)]
+    return settings, frames
+
+
+def run(settings, frames, odometry=None):
+    mapper = Mapper(settings, factory.build(settings))
+    outputs = []
+    for frame in frames:
+        if odometry is not None:
+            mapper.robot.odometry.add(frame.stamp_ns, odometry[frame.stamp_ns])
+        outputs += mapper.process(frame).new
+    return mapper, outputs
+
+
+def test_a_fixed_scale_multiplies_every_metric_output(base):
+    settings, frames = base
+    plain, plain_out = run(settings, frames[:8])
+    scaled, scaled_out = run(dataclasses.replace(settings, scale_source="fixed", scale=3.0), frames[:8])
+    assert not plain.snapshot.scale_known and scaled.snapshot.scale_known and scaled.snapshot.scale == 3.0
+    for a, b in zip(plain_out, scaled_out):
+        np.testing.assert_allclose(b.camera_pose[:3, 3], 3 * a.camera_pose[:3, 3], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(b.camera_pose[:3, :3], a.camera_pose[:3, :3], atol=1e-9)
+        np.testing.assert_allclose(b.depth.numpy(), 3 * a.depth.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(b.points(0.0, 4)[0], 3 * a.points(0.0, 4)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(scaled.map_points()[0], 3 * plain.map_points()[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_scale_is_estimated_from_odometry_within_two_percent(base):
+    settings, frames = base
+    _, model_run = run(settings, frames)
+    centres = np.stack([o.internal_pose[:3, 3] for o in model_run])
+    # The robot's odometry: the same path, metric (s_true), in an odom frame of its own, with
+    # 1 mm noise; s_true makes a step ~0.15 m, so pairs close every ~2 keyframes.
+    step = np.median(np.linalg.norm(np.diff(centres, axis=0), axis=1))
+    s_true = 0.15 / step
+    rng = np.random.default_rng(0)
+    yaw = 0.7
+    rotation = np.array([[np.cos(yaw), -np.sin(yaw), 0], [np.sin(yaw), np.cos(yaw), 0], [0, 0, 1]])
+    odometry = {}
+    for output, centre in zip(model_run, centres):
+        pose = np.eye(4)
+        pose[:3, :3] = rotation
+        pose[:3, 3] = rotation @ (s_true * centre) + [5.0, -2.0, 0.0] + rng.normal(0, 0.001, 3)
+        odometry[output.stamp_ns] = pose
+    estimated = dataclasses.replace(settings, scale_source="odometry", scale_min_motion_m=0.1, scale_max_spread=0.05)
+    mapper, outputs = run(estimated, frames, odometry)
+    snapshot = mapper.snapshot
+    assert snapshot.scale_known, snapshot.scale_text
+    assert abs(snapshot.scale - s_true) / s_true < 0.02, (snapshot.scale, s_true)
+    # Before it was known, the outputs were in model units (scale 1); after, in metres.
+    first, last = outputs[0], outputs[-1]
+    np.testing.assert_allclose(first.camera_pose[:3, 3], first.internal_pose[:3, 3], rtol=1e-12)
+    np.testing.assert_allclose(last.camera_pose[:3, 3], snapshot.scale * last.internal_pose[:3, 3], rtol=1e-9)
+
+
+def test_until_odometry_arrives_the_status_says_why(base):
+    settings, frames = base
+    mapper, _ = run(dataclasses.replace(settings, scale_source="odometry"), frames[:6])
+    assert not mapper.snapshot.scale_known and "waiting for odometry" in mapper.snapshot.scale_text
