@@ -42,6 +42,15 @@ def parity_fixtures_dir(shared_dir) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def fixture_files(shared_dir) -> dict:
+    """Mapper settings of the tiny_default fixture's model (architecture and weights)."""
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    if not (fixture / "ckpt.pt").exists():
+        pytest.skip(f"tiny fixture missing under {shared_dir}")
+    return {"checkpoint": str(fixture / "ckpt.pt"), "model_config": str(fixture / "config.json")}
+
+
 @pytest.fixture()
 def torch_single_thread():
     """One intra-op thread: tiny models on a shared 2-core machine run ~10x faster without OpenMP

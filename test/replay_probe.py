@@ -11,6 +11,8 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
+from ros_teardown import shut_down
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -49,12 +51,4 @@ class Probe:
         return next(log for p, log in self.players if p is proc).read_text()
 
     def close(self) -> None:
-        for proc, _ in self.players:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-        self.executor.shutdown(timeout_sec=2)
-        self.thread.join(5)
-        self.node.destroy_node()
-        self.context.try_shutdown()
-        assert not self.thread.is_alive()
+        shut_down([proc for proc, _ in self.players], self.executor, self.thread, self.node, self.context)

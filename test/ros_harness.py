@@ -31,6 +31,7 @@ from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
 
 from conftest import wait_until  # noqa: E402
+from ros_teardown import shut_down  # noqa: E402
 from lingbot_ros.io.image_codec import fill_compressed, fill_image  # noqa: E402
 
 try:
@@ -168,17 +169,9 @@ class Ros:
         return {kv.key: kv.value for kv in self.diagnostics[-1].status[0].values}.get(key)
 
     def close(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-        self.executor.shutdown(timeout_sec=2)
-        self.thread.join(5)
-        self.node.destroy_node()
-        self.context.try_shutdown()
+        shut_down(self.procs, self.executor, self.thread, self.node, self.context)
         for log in self.logs.values():
             log.close()
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture

@@ -20,14 +20,6 @@ from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
-@pytest.fixture(scope="module")
-def fixture_files(shared_dir):
-    fixture = shared_dir / "fixtures" / "tiny_default"
-    if not (fixture / "ckpt.pt").exists():
-        pytest.skip(f"tiny fixture missing under {shared_dir}")
-    return {"checkpoint": str(fixture / "ckpt.pt"), "model_config": str(fixture / "config.json")}
-
-
 @pytest.fixture
 def make_mapper(fixture_files):
     def make(**overrides) -> Mapper:

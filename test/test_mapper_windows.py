@@ -29,14 +29,6 @@ def images(shared_dir):
     return [np.asarray(Image.open(f).convert("RGB")) for f in files]
 
 
-@pytest.fixture(scope="module")
-def fixture_files(shared_dir):
-    fixture = shared_dir / "fixtures" / "tiny_default"
-    if not (fixture / "ckpt.pt").exists():
-        pytest.skip(f"tiny fixture missing under {shared_dir}")
-    return {"checkpoint": str(fixture / "ckpt.pt"), "model_config": str(fixture / "config.json")}
-
-
 def windowed(fixture_files, **overrides) -> Mapper:
     settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "num_scale_frames": 3,
                                  "scale_frames": 3, "sliding_window": 4, "min_confidence": 0.0,

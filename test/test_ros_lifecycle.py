@@ -46,7 +46,8 @@ def test_lifecycle_cycles_resume_exactly_and_release_everything(ros, tiny, share
     def one_of_each(what: str):
         for topic in ("/map_node/pose", "/map_node/status", "/map_node/depth/image", "/diagnostics"):
             assert ros.node.count_publishers(topic) == 1, f"{what}: {ros.node.count_publishers(topic)} on {topic}"
-        ros.wait(lambda: ros.diagnostic("worker_threads") == "1", f"{what}: one worker thread")
+        ros.wait(lambda: ros.diagnostic("worker_threads") == "1" and ros.diagnostic("map_builder_threads") == "1",
+                 f"{what}: one worker and one map builder thread")
 
     def processed(count: int) -> MapStatus:
         return ros.wait(lambda: ros.settled_with(count), f"{count} frames processed")

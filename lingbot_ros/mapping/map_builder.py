@@ -39,6 +39,12 @@ class MapBuilder:
         """Voxels so far (queued inserts may still add some): for status, never waits."""
         return len(self._map)
 
+    def close(self) -> None:
+        """Finish the queued inserts and end the thread (the map stays readable)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
     def _raise_error(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
@@ -46,7 +52,11 @@ class MapBuilder:
 
     def _run(self) -> None:
         while True:
-            xyz, rgb = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            xyz, rgb = item
             try:
                 self._map.insert(xyz, rgb)
             except BaseException as error:   # handed to the next caller (VoxelRangeError, ...)

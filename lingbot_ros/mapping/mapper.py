@@ -219,6 +219,10 @@ class Mapper:
         return (f"flushed deferred evictions: {before[0]} frames / {before[1]} pages before, "
                 f"{after[0]} / {after[1]} after")
 
+    def close(self) -> None:
+        """Stop the map builder's thread (the owner is done with this Mapper)."""
+        self._map.close()
+
     @property
     def voxel_map(self) -> VoxelMap:
         """The map with every finished keyframe in (waits for the map builder)."""

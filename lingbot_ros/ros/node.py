@@ -173,6 +173,8 @@ class MapNode(LifecycleNode):
             self.outputs.destroy()
         if self.robot is not None:
             self.robot.destroy()
+        if self.mapper is not None:
+            self.mapper.close()
         device = self.bundle.device if self.bundle is not None else "cpu"
         self._own_timers, self._own_services, self.robot = [], [], None
         self.worker = self.outputs = self.path = self.mapper = self.bundle = None

@@ -34,6 +34,8 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.latency_ms = float(counters.latency_ms)
     msg.model_ms = float(snapshot.model_ms)
     msg.last_error = counters.last_error
+    msg.map_points = snapshot.map_points
+    msg.trajectory_poses = snapshot.trajectory_poses
     msg.window = snapshot.window
     msg.window_scale = float(snapshot.window_scale)
     msg.window_overlap_error = float(snapshot.window_overlap_error)
@@ -78,6 +80,8 @@ def diagnostic_array(stamp, node_name: str, hardware_id: str, report: Report, sn
         "cuda_allocated_bytes": str(cuda),
         # A leak of workers across lifecycle cycles would show here (it must stay 1 or 0).
         "worker_threads": str(sum(t.name == "lingbot_worker" and t.is_alive() for t in threading.enumerate())),
+        "map_builder_threads": str(sum(t.name == "lingbot_map_builder" and t.is_alive()
+                                       for t in threading.enumerate())),
         "last_error": counters.last_error,
     }
     if snapshot is not None:

@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> str:
         raise OfflineError(f"the input ended after {seen} frames ({snapshot.rejected} rejected, "
                            f"{snapshot.failed} failed) but {writer.num_frames} results came back")
     saved = mapper.save(args.output)
+    mapper.close()
     table = writer.close()
     fps = seen / max(progress.elapsed_s, 1e-9)
     steady = progress.steady_fps(seen)
