@@ -2,7 +2,7 @@
 
 Parallax = median optical-flow displacement (pixels, at ``work_width``) of corners tracked from
 the last keyframe into the current frame (OpenCV pyramidal Lucas-Kanade). Pure functions on
-images; the tracker decides what to do with the answer (keep and flush, or roll back).
+images; the Mapper decides what to do with the answer (keep and flush, or roll back).
 """
 from __future__ import annotations
 
