@@ -98,8 +98,10 @@ class RobotFrames:
         self._state = self.scale_source.state()
 
     def restart(self) -> None:
-        """A new stream: its scale is its own, estimated again."""
+        """A new stream: its scale is its own, estimated again; the odometry buffer starts over
+        (a looped bag's odometry goes back in time with its images)."""
         self.scale_source.reset()
+        self.odometry.clear()
         self._last_keyframe_ns = None
         self._state = self.scale_source.state()
 
