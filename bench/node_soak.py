@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import rclpy
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
@@ -70,7 +71,9 @@ def main(argv=None) -> int:
                                          durability=DurabilityPolicy.TRANSIENT_LOCAL))
     publisher = probe.create_publisher(Image, "/map_node/image", QoSProfile(
         depth=50, reliability=ReliabilityPolicy.RELIABLE))
-    spin = threading.Thread(target=rclpy.spin, args=(probe,), daemon=True)
+    executor = SingleThreadedExecutor()
+    executor.add_node(probe)
+    spin = threading.Thread(target=executor.spin, daemon=True)
     spin.start()
     rng = np.random.default_rng(0)
     base = (rng.random((120, 320, 3)) * 255).astype(np.uint8)
@@ -116,6 +119,8 @@ def main(argv=None) -> int:
     finally:
         node.send_signal(2)
         node.wait(30)
+        executor.shutdown(timeout_sec=2)
+        spin.join(5)
         probe.destroy_node()
         rclpy.try_shutdown()
 

@@ -89,7 +89,10 @@ class Mapper:
     def _new_stream(self, placement: Placement) -> None:
         self._placement = placement
         self._awaiting: collections.deque[Pending] = collections.deque()   # phase-1 buffering
-        self._stored: list[Pending] = []  # the session's stored phase-2 frames (for rollback)
+        # (index, rerun) of the session's stored phase-2 frames, newest last, for rollback: only
+        # frames still in the cache can be rolled back, so the newest of them are enough.
+        self._stored: collections.deque[tuple[int, bool]] = collections.deque(
+            maxlen=self.settings.scale_frames + self.settings.sliding_window + 1)
         self._has_results = False        # phase 1 is over
         self._untrusted_next = True
         self._input_wh: tuple[int, int] | None = None
@@ -185,7 +188,7 @@ class Mapper:
         """Undo the newest stored frame: cache, pose (trajectory), points (if not yet merged).
         Raises NothingToRollback when there is none (phase-1 frames need a reset)."""
         before = self._cache_numbers()[0]
-        if not self._awaiting and self._stored and self._stored[-1].rerun:
+        if not self._awaiting and self._stored and self._stored[-1][1]:
             raise NothingToRollback("the newest stored frame was run again to align two windows; "
                                     "it cannot be rolled back")
         self.session.rollback_last_frame()
@@ -196,7 +199,7 @@ class Mapper:
             self._set_state(INITIALISING, self._init_text())
             self._publish_snapshot()
             return "dropped the newest buffered scale frame"
-        index = self._stored.pop().index
+        index = self._stored.pop()[0]
         self.trajectory.remove(index)
         if self.windows is not None:
             self.windows.forget_newest(had_result=True)
@@ -309,7 +312,7 @@ class Mapper:
             self._set_state(INITIALISING, self._init_text())
             return
         if in_phase2 and kept and results[0].is_keyframe:
-            self._stored.append(pending)
+            self._stored.append((pending.index, pending.rerun))   # not the image: no tensor is kept
         self._place(outcome, results, keyframe_kept=kept)
 
     def _place(self, outcome: StepOutcome, results, keyframe_kept: bool = True) -> None:
@@ -395,7 +398,7 @@ class Mapper:
         if self.motion is not None:
             self.motion.reset()
         self._has_results = False
-        self._stored = []
+        self._stored.clear()
         self.robot.window_switch()
         for pending in self.windows.next_window():
             self._run(outcome, pending)
