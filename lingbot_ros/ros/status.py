@@ -12,6 +12,11 @@ from lingbot_ros.ros.health import Report
 FRAME_COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camera_info_rejected")
 
 
+SAME_NAMED = ("init_frames", "init_frames_needed", "keyframes", "cache_pages", "cache_bytes", "model_ms",
+              "map_points", "trajectory_poses", "window", "window_scale", "window_overlap_error", "scale_known",
+              "scale")
+
+
 def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters, stamp, frame_id: str,
                 lifecycle: str):
     """``msg``: an empty MapStatus. ``inputs``: Counters.snapshot(); ``lifecycle``: '' when
@@ -20,28 +25,17 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.header.frame_id = frame_id
     msg.state = snapshot.state
     msg.state_text = f"{lifecycle}; {snapshot.state_text}" if lifecycle else snapshot.state_text
-    msg.init_frames = snapshot.init_frames
-    msg.init_frames_needed = snapshot.init_frames_needed
+    for name in SAME_NAMED:   # MapStatus fields that are the snapshot's of the same name
+        setattr(msg, name, getattr(snapshot, name))
     msg.frames_received = inputs["received"]
     msg.frames_processed = snapshot.processed
     msg.frames_dropped = inputs["dropped"]
     msg.frames_rejected = inputs["rejected"] + snapshot.rejected
     msg.frames_failed = snapshot.failed
-    msg.keyframes = snapshot.keyframes
     msg.resets = snapshot.restarts
-    msg.cache_pages = snapshot.cache_pages
-    msg.cache_bytes = snapshot.cache_bytes
     msg.latency_ms = float(counters.latency_ms)
-    msg.model_ms = float(snapshot.model_ms)
     msg.last_error = counters.last_error
-    msg.map_points = snapshot.map_points
-    msg.trajectory_poses = snapshot.trajectory_poses
-    msg.window = snapshot.window
-    msg.window_scale = float(snapshot.window_scale)
-    msg.window_overlap_error = float(snapshot.window_overlap_error)
-    msg.scale_known = snapshot.scale_known
-    msg.scale = float(snapshot.scale)
-    msg.scale_spread = float(min(snapshot.scale_spread, 3.4e38))
+    msg.scale_spread = float(min(snapshot.scale_spread, 3.4e38))   # float32's range (inf while unknown)
     msg.scale_text = snapshot.scale_text if not snapshot.scale_known else "known"
     return msg
 
