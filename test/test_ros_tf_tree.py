@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("rclpy")
 from geometry_msgs.msg import Transform  # noqa: E402
 
-from lingbot_ros.ros.tf_messages import inverse, transform_matrix, transform_stamped  # noqa: E402
+from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
+from lingbot_ros.ros.tf_messages import transform_matrix, transform_stamped  # noqa: E402
 from lingbot_ros.ros.tf_static import StaticTree  # noqa: E402
 
 H = math.sqrt(0.5)

@@ -12,9 +12,9 @@ usual ``*_optical_frame`` convention) expressed in ``map``. At the start of the 
 is therefore not the identity but R_MAP_FROM_OPTICAL itself (the optical axes seen from map).
 
 A stream that is not the first (a restart that continues the map, a window of the windowed
-long-run policy) has its own model world. ``Placement`` is the map pose of that world: a
-similarity ``p_map = scale * R @ p_world + t`` (scale 1 except for aligned windows). Every pose
-and point leaves the mapping layer through ``Placement.camera_pose`` / ``Placement.points``.
+long-run policy) has its own model world. ``Placement`` is the pose of that world in the
+Mapper's internal frame, ``p = R @ p_world + t`` (aligned windows are warped into window 0's
+world first; the metric scale and the camera mount come after, in robot.py).
 """
 from __future__ import annotations
 
@@ -29,37 +29,37 @@ R_MAP_FROM_OPTICAL = np.array([[0.0, 0.0, 1.0],
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Map pose of a stream's model world: p_map = scale * rotation @ p_world + translation."""
+    """Pose of a stream's model world: p = rotation @ p_world + translation."""
 
     rotation: np.ndarray = dataclasses.field(default_factory=lambda: R_MAP_FROM_OPTICAL.copy())
     translation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))
-    scale: float = 1.0
-
-    def matrix(self) -> np.ndarray:
-        """``[4, 4]`` ``[scale * R, t; 0 0 0 1]``."""
-        m = np.eye(4)
-        m[:3, :3] = self.scale * self.rotation
-        m[:3, 3] = self.translation
-        return m
 
     def camera_pose(self, extrinsic_c2w) -> np.ndarray:
-        """Model camera-to-world ``[3, 4]`` / ``[4, 4]`` -> ``[4, 4]`` T_map_camera (optical camera
-        frame; a rigid transform: the scale moves the centre, not the axes)."""
+        """Model camera-to-world ``[3, 4]`` / ``[4, 4]`` -> ``[4, 4]`` pose of the optical camera frame."""
         extrinsic = np.asarray(extrinsic_c2w, dtype=np.float64)
         if extrinsic.shape not in ((3, 4), (4, 4)):
             raise ValueError(f"extrinsic must be [3, 4] or [4, 4], got {extrinsic.shape}")
         pose = np.eye(4)
         pose[:3, :3] = self.rotation @ extrinsic[:3, :3]
-        pose[:3, 3] = self.scale * self.rotation @ extrinsic[:3, 3] + self.translation
+        pose[:3, 3] = self.rotation @ extrinsic[:3, 3] + self.translation
         return pose
 
     def points(self, points_world: np.ndarray) -> np.ndarray:
-        """``[N, 3]`` model-world points -> the same points in ``map`` (float32)."""
+        """``[N, 3]`` model-world points -> the same points in this frame (float32)."""
         points = np.asarray(points_world, dtype=np.float64)
-        return (points @ (self.scale * self.rotation).T + self.translation).astype(np.float32)
+        return (points @ self.rotation.T + self.translation).astype(np.float32)
 
     def continuing_from(self, camera_pose_map: np.ndarray) -> "Placement":
         """Placement of a new stream whose first camera is ``camera_pose_map`` (T_map_camera):
         a restart that continues the map from the last pose (rotation and translation only; the
         new stream's scale is its own)."""
         return Placement(rotation=camera_pose_map[:3, :3].copy(), translation=camera_pose_map[:3, 3].copy())
+
+
+def rigid_inverse(pose: np.ndarray) -> np.ndarray:
+    """Inverse of a rigid [4, 4] transform: rotation R^T, translation -R^T t."""
+    rotation_t = pose[:3, :3].T
+    result = np.eye(4)
+    result[:3, :3] = rotation_t
+    result[:3, 3] = -rotation_t @ pose[:3, 3]
+    return result

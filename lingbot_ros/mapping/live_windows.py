@@ -53,7 +53,7 @@ class Pending:
 class LiveWindows:
     def __init__(self, rule: WindowRule, estimator: str):
         rule.check_live()
-        self.rule, self.estimator = rule, estimator
+        self.estimator = estimator
         self.length, self.overlap = rule.window_frames, rule.overlap
         self.records: list[WindowRecord] = []
         self.reset()

@@ -55,7 +55,7 @@ class MapperOutput:
     @property
     def depth(self) -> torch.Tensor:
         """[H, W] depth along the optical axis in map units (metres once the scale is known)."""
-        scale = self.placement.scale * (self.frames.scale.scale if self.frames is not None else 1.0)
+        scale = self.frames.scale.scale if self.frames is not None else 1.0
         return self.result.depth * scale if scale != 1.0 else self.result.depth
 
     def internal_points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:

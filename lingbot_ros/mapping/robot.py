@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from .frames import rigid_inverse
 from .metric_scale import MetricScale, make_scale_source
 from .odometry import OdometryBuffer
 from .settings import MapperSettings
@@ -40,13 +41,6 @@ def parse_mount(text: str) -> np.ndarray:
     return pose_from_xyz_rpy(*(float(v) for v in text.split()))
 
 
-def _inverse(pose: np.ndarray) -> np.ndarray:
-    out = np.eye(4)
-    out[:3, :3] = pose[:3, :3].T
-    out[:3, 3] = -pose[:3, :3].T @ pose[:3, 3]
-    return out
-
-
 class RobotFrames:
     def __init__(self, settings: MapperSettings):
         self.set_mount(parse_mount(settings.camera_mount), "the camera_mount setting")
@@ -62,7 +56,7 @@ class RobotFrames:
         """T_base_camera (where it came from, for the log: TF or the setting)."""
         self.mount = np.asarray(base_camera, dtype=np.float64)
         self.mount_source = source
-        self._camera_base = _inverse(self.mount)
+        self._camera_base = rigid_inverse(self.mount)
 
     @property
     def rotation(self) -> np.ndarray:

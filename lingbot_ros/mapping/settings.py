@@ -251,7 +251,3 @@ def coerce(cls, values: Mapping[str, Any]):
     if unknown:
         raise SettingsError(f"invalid settings: unknown name(s) {unknown}")
     return cls(**{k: v for k, v in kwargs.items() if k in names})
-
-
-def help_text(cls, name: str) -> str:
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}[name]

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lingbot_ros.mapping.frames import rigid_inverse
 from lingbot_ros.ros.tf_conflicts import TfConflict, TfConflictWatch
-from lingbot_ros.ros.tf_messages import (TF_QOS, TF_TOPIC, TfUnavailable, inverse, stamp_ns, tf_message_type,
+from lingbot_ros.ros.tf_messages import (TF_QOS, TF_TOPIC, TfUnavailable, stamp_ns, tf_message_type,
                                          transform_stamped)
 
 TF_MODES = ("none", "map_to_odom", "map_to_base", "map_to_camera")
@@ -90,7 +91,7 @@ class TfOutput:
                     f"no {self.child} -> {self.base_frame} pose at this image's stamp: {self.parent} -> {self.child} "
                     f"not published for it", throttle_duration_sec=_SKIP_LOG_PERIOD_S)
                 return False
-            pose = map_base @ inverse(odom_base)
+            pose = map_base @ rigid_inverse(odom_base)
         elif self.mode == "map_to_base":
             pose = map_base
         else:

@@ -8,6 +8,7 @@ TransformStamped with header.frame_id = parent, child_frame_id = child carries, 
 from __future__ import annotations
 
 import numpy as np
+
 from geometry_msgs.msg import TransformStamped
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
@@ -61,12 +62,3 @@ def transform_matrix(transform) -> np.ndarray:
     pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
     pose[:3, 3] = [t.x, t.y, t.z]
     return pose
-
-
-def inverse(pose: np.ndarray) -> np.ndarray:
-    """Inverse of a rigid [4, 4] transform: rotation R^T, translation -R^T t."""
-    rotation_t = pose[:3, :3].T
-    result = np.eye(4)
-    result[:3, :3] = rotation_t
-    result[:3, 3] = -rotation_t @ pose[:3, 3]
-    return result

@@ -20,7 +20,8 @@ import threading
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
-from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, inverse, tf_message_type, transform_matrix
+from lingbot_ros.mapping.frames import rigid_inverse
+from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, tf_message_type, transform_matrix
 
 # Frames named in a failed lookup's explanation, at most (a URDF can have hundreds).
 _FRAMES_NAMED = 12
@@ -53,7 +54,7 @@ class StaticTree:
         target_up = self._ancestors(target_frame)
         for frame, frame_source in source_up.items():   # nearest ancestor first
             if frame in target_up:
-                return inverse(target_up[frame]) @ frame_source
+                return rigid_inverse(target_up[frame]) @ frame_source
         return None
 
     def _ancestors(self, frame: str) -> dict[str, np.ndarray]:
