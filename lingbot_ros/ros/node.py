@@ -18,6 +18,7 @@ only thread that touches the Mapper; status and diagnostics read its immutable s
 from __future__ import annotations
 
 import gc
+import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -59,6 +60,9 @@ class MapNode(LifecycleNode):
         self._own_services: list = []
         self._own_timers: list = []
         self.robot: RobotLink | None = None
+        # Held while publishing status and while destroying the publishers: the timer thread
+        # would otherwise publish through a publisher that cleanup is destroying.
+        self._outputs_lock = threading.Lock()
         super().__init__("map_node", **kwargs)
         self.refused_parameters = params.declare(self)   # start-up values out of range
         self._image_group = MutuallyExclusiveCallbackGroup()
@@ -169,15 +173,17 @@ class MapNode(LifecycleNode):
             self.destroy_timer(timer)
         for service in self._own_services:
             self.destroy_service(service)
-        if self.outputs is not None:
-            self.outputs.destroy()
+        with self._outputs_lock:
+            if self.outputs is not None:
+                self.outputs.destroy()
+            self.outputs = None
         if self.robot is not None:
             self.robot.destroy()
         if self.mapper is not None:
             self.mapper.close()
         device = self.bundle.device if self.bundle is not None else "cpu"
         self._own_timers, self._own_services, self.robot = [], [], None
-        self.worker = self.outputs = self.path = self.mapper = self.bundle = None
+        self.worker = self.path = self.mapper = self.bundle = None
         gc.collect()
         if device.startswith("cuda"):
             import torch
@@ -231,10 +237,12 @@ class MapNode(LifecycleNode):
                            self.cfg.map_frame, self.lifecycle_text())
 
     def publish_status(self) -> None:
-        # Any thread; references taken once, since cleanup may clear them meanwhile.
-        outputs, mapper = self.outputs, self.mapper
-        if outputs is not None and outputs.status is not None and mapper is not None and self.context.ok():
-            outputs.status.publish(self.status_message(mapper))
+        # Any thread; the mapper reference is taken once, since cleanup may clear it meanwhile.
+        mapper = self.mapper
+        with self._outputs_lock:
+            outputs = self.outputs
+            if outputs is not None and outputs.status is not None and mapper is not None and self.context.ok():
+                outputs.status.publish(self.status_message(mapper))
 
     # -- timers -------------------------------------------------------------------------------
 
