@@ -339,3 +339,31 @@ def test_the_mount_from_tf_static_places_the_base_and_map_to_odom_corrects_the_o
     # The first camera is the model's origin: the base starts at the map's origin.
     np.testing.assert_allclose(env.node.mapper.robot.base_pose(
         env.node.mapper._placement.camera_pose(np.eye(4))), np.eye(4), atol=1e-9)
+
+
+def test_timer_callbacks_during_cleanup_never_meet_a_destroyed_publisher(live):
+    # Regression (Jazzy CI): the diagnostics timer published ~/status while cleanup destroyed
+    # the publisher; rclpy raised InvalidHandle in the executor and the node process died.
+    # The timer callbacks run here in threads of their own, as the executor's threads run them.
+    env = live()
+    node, errors, done = env.node, [], threading.Event()
+
+    def publish_forever():
+        while not done.is_set():
+            try:
+                node._on_diagnostics_timer()
+                node._on_map_timer()
+            except Exception as error:   # noqa: BLE001 - any failure is the defect
+                errors.append(error)
+                return
+
+    publishers = [threading.Thread(target=publish_forever) for _ in range(2)]
+    for thread in publishers:
+        thread.start()
+    assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    done.set()
+    for thread in publishers:
+        thread.join(5)
+    assert not errors, errors
+    assert node.outputs is None

@@ -60,8 +60,9 @@ class MapNode(LifecycleNode):
         self._own_services: list = []
         self._own_timers: list = []
         self.robot: RobotLink | None = None
-        # Held while publishing status and while destroying the publishers: the timer thread
-        # would otherwise publish through a publisher that cleanup is destroying.
+        # Held by timer-thread users of the publishers (status, the map timer) and while cleanup
+        # destroys them: rclpy raises InvalidHandle on a destroyed publisher and the executor's
+        # spin_once re-raises it in main, which killed the node.
         self._outputs_lock = threading.Lock()
         super().__init__("map_node", **kwargs)
         self.refused_parameters = params.declare(self)   # start-up values out of range
@@ -275,9 +276,10 @@ class MapNode(LifecycleNode):
         self.publish_status()
 
     def _on_map_timer(self) -> None:
-        worker, outputs = self.worker, self.outputs
-        if worker is not None and outputs is not None and outputs.map.get_subscription_count():
-            worker.submit(self.publish_map)
+        with self._outputs_lock:
+            worker, outputs = self.worker, self.outputs
+            if worker is not None and outputs is not None and outputs.map.get_subscription_count():
+                worker.submit(self.publish_map)
 
     def publish_map(self) -> None:
         xyz, rgb = self.mapper.map_points()
