@@ -213,3 +213,37 @@ def test_motion_policy_keeps_moving_frames_only():
     assert not policy.is_keyframe(_textured(2))    # 1 px at 320: too little
     assert policy.is_keyframe(_textured(12))       # 6 px: keyframe, becomes the reference
     assert not policy.is_keyframe(_textured(14))   # 1 px from the new reference
+
+
+def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
+    from types import SimpleNamespace
+
+    from builtin_interfaces.msg import Time
+
+    from lingbot_ros.mapping.robot import RobotFrames
+    from lingbot_ros.mapping.settings import MapperSettings
+    from lingbot_ros.mapping.trajectory import Trajectory
+    from lingbot_ros.ros.outputs import PathCache
+
+    trajectory, frames = Trajectory(), RobotFrames(MapperSettings())
+    path = PathCache(trajectory, frames, "map", max_length=3)
+    for index in range(4):
+        pose = np.eye(4)
+        pose[:3, 3] = (float(index), 0.0, 0.0)   # internal frame: map axes, model units
+        # A stamp float seconds cannot hold exactly (ns at epoch ~1.7e9 s).
+        source = Time(sec=1_700_000_000 + index, nanosec=123_456_789)
+        trajectory.append(source.sec + source.nanosec * 1e-9, pose, key=index)
+        path.add(SimpleNamespace(index=index, frame=SimpleNamespace(source=source)))
+    first = path.message(Time()).poses
+    assert [p.header.stamp.sec - 1_700_000_000 for p in first] == [1, 2, 3]
+    assert all(p.header.stamp.nanosec == 123_456_789 for p in first)
+    assert [p.pose.position.x for p in first] == [1.0, 2.0, 3.0]
+
+    moved = np.eye(4)
+    moved[:3, 3] = (7.0, 0.0, 0.0)
+    trajectory.replace(2, moved)
+    trajectory.remove(3)
+    second = path.message(Time()).poses   # frames 0, 1, 2 now: frame 3 left, frame 0 came back in
+    assert [p.pose.position.x for p in second] == [0.0, 1.0, 7.0]
+    assert second[1] is first[0]   # frame 1 unchanged: its message is reused
+    assert second[2] is not first[1] and second[2].header.stamp == first[1].header.stamp

@@ -6,6 +6,7 @@ import sys
 import threading
 
 import rclpy
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
@@ -43,7 +44,13 @@ def main(args=None) -> int:
                 code = 1
         starting[0] = False
         while code == 0 and not stop.is_set():
-            executor.spin_once(timeout_sec=0.1)
+            try:
+                executor.spin_once(timeout_sec=0.1)
+            except InvalidHandle as error:
+                # spin_once re-raises a callback's exception. This one means a transition destroyed
+                # an entity that callback was using (a service answering as cleanup removes it):
+                # the callback's work is moot, the node is fine.
+                node.get_logger().debug(f"a callback met an entity destroyed by a transition: {error}")
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

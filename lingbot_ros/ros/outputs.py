@@ -109,32 +109,32 @@ class Outputs:
 
 class PathCache:
     """~/path from the Mapper's trajectory (the only record of poses): its newest poses as
-    PoseStamped messages, each built once with its image's exact stamp and rebuilt only when the
-    pose changed (a windowed run finalises overlap poses). A rolled-back or cleared pose is gone
-    from the trajectory, so it is gone from the path too."""
+    PoseStamped messages, each built once with its image's exact stamp and rebuilt only when its
+    trajectory entry was replaced (a windowed run finalises overlap poses) or the scale changed.
+    A rolled-back or cleared pose is gone from the trajectory, so it is gone from the path too."""
 
     def __init__(self, trajectory, frames, frame_id: str, max_length: int):
         self.trajectory, self.frames, self.frame_id, self.max_length = trajectory, frames, frame_id, max_length
-        # frame index -> (the internal pose and scale it was built from, the message)
-        self._messages: collections.OrderedDict[int, tuple[np.ndarray, float, PoseStamped]] = \
-            collections.OrderedDict()
+        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only)
+        self._stamps: collections.OrderedDict[int, object] = collections.OrderedDict()
+        # frame index -> (the trajectory entry and scale it was built from, the message). Entries
+        # are immutable and replaced whole, so identity says "unchanged" without comparing poses.
+        self._messages: dict[int, tuple[object, float, PoseStamped]] = {}
 
     def add(self, output: MapperOutput) -> None:
-        self._messages[output.index] = (output.internal_pose, self.frames.scale.scale, messages.pose_stamped(
-            output.base_pose, output.frame.source, self.frame_id))
-        while len(self._messages) > self.max_length:
-            self._messages.popitem(last=False)
+        self._stamps[output.index] = output.frame.source
+        while len(self._stamps) > self.max_length:
+            self._stamps.popitem(last=False)
 
     def message(self, stamp) -> Path:
-        poses, scale = [], self.frames.scale.scale
+        poses, scale, built = [], self.frames.scale.scale, {}
         for entry in self.trajectory.newest(self.max_length):
             cached = self._messages.get(entry.key)
-            if cached is not None and cached[1] == scale and np.array_equal(cached[0], entry.c2w):
-                poses.append(cached[2])
-                continue
-            # Older than the cache (path_max_length raised), finalised again, or a new scale.
-            header_stamp = cached[2].header.stamp if cached else messages.stamp_from_seconds(entry.stamp_s)
-            message = messages.pose_stamped(self.frames.base_pose(entry.c2w), header_stamp, self.frame_id)
-            self._messages[entry.key] = (entry.c2w, scale, message)
-            poses.append(message)
+            if cached is None or cached[0] is not entry or cached[1] != scale:
+                source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
+                cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source,
+                                                              self.frame_id))
+            built[entry.key] = cached
+            poses.append(cached[2])
+        self._messages = built
         return Path(header=messages.make_header(stamp, self.frame_id), poses=poses)
