@@ -326,3 +326,21 @@ def test_every_real_jpeg_decodes_to_pillows_pixels(shared_data, folder):
             np.testing.assert_array_equal(decode_compressed(payload, "jpeg"),
                                           pillow_reference(payload), err_msg=str(path))
     assert stderr.output == b""
+
+
+def test_strict_jpeg_false_takes_a_warning_but_not_a_fatal_error(courthouse_jpegs):
+    jpeg = courthouse_jpegs[0].read_bytes()
+    variants = corrupt_jpegs(jpeg)
+    exact = compressed_to_rgb(CompressedImage(format="jpeg", data=jpeg))
+    with Fd2Capture() as stderr:
+        relaxed = compressed_to_rgb(CompressedImage(format="jpeg", data=variants["16 bytes left before EOI"]),
+                                    strict_jpeg=False)
+        damaged = compressed_to_rgb(CompressedImage(format="jpeg", data=variants["16 bytes flipped at 50%"]),
+                                    strict_jpeg=False)
+    assert stderr.output == b""
+    np.testing.assert_array_equal(relaxed, exact)   # bytes before EOI: the pixels are exact
+    assert damaged.shape == exact.shape and (damaged != exact).any()   # the trade-off the flag names
+    with pytest.raises(CorruptImageError, match="corrupt JPEG header"):
+        compressed_to_rgb(CompressedImage(format="jpeg", data=jpeg[:100]), strict_jpeg=False)
+    with pytest.raises(CorruptImageError, match="strict_jpeg false"):
+        compressed_to_rgb(CompressedImage(format="jpeg", data=variants["16 bytes left before EOI"]))

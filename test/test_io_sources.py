@@ -282,6 +282,18 @@ def test_bag_and_folder_reject_a_corrupt_jpeg(tmp_path):
         list(open_source(str(tmp_path / "folder")))
 
 
+def test_with_on_undecodable_a_bag_hands_over_the_bad_message_and_goes_on(tmp_path):
+    good = [jpeg_fields(pattern(i, 96, 128))["data"] for i in range(3)]
+    bad = np.frombuffer(good[1].tobytes()[:200] + b"\xff\xd9", np.uint8).copy()
+    write_bag(tmp_path / "bag", [("/cam", "sensor_msgs/msg/CompressedImage", dict(format="jpeg", data=data), i)
+                                 for i, data in enumerate([good[0], bad, good[2]])])
+    skipped: list = []
+    frames = list(open_source(str(tmp_path / "bag"), on_undecodable=skipped.append))
+    assert len(frames) == 2 and len(skipped) == 1
+    assert isinstance(skipped[0], FrameDecodeError) and "message 1" in str(skipped[0])
+    assert isinstance(skipped[0].__cause__, CorruptImageError)
+
+
 # ------------------------------------------------------------------ synthetic, camera
 
 def test_synthetic_deterministic_moving_never_zero():

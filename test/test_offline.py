@@ -206,3 +206,41 @@ def test_offline_windowed_writes_every_frame_and_the_window_transforms(tmp_path,
     assert [row.split(",")[:2] for row in rows[1:]] == [["0", "0"], ["1", "6"], ["2", "12"], ["3", "18"]]
     scales = [float(row.split(",")[2]) for row in rows[1:]]
     assert scales[0] == 1.0 and all(s > 0 for s in scales)
+
+
+def _damaged_copy(source: Path, dest: Path, damage: dict[int, str]) -> None:
+    """The first 8 JPEGs of ``source`` into ``dest``; ``damage``: frame -> "bytes before EOI"
+    (libjpeg warns, the pixels are exact) or "cut" (a stream cut inside its scan, closed by EOI)."""
+    dest.mkdir()
+    for i, path in enumerate(sorted(needs(source).glob("*.jpg"))[:8]):
+        jpeg = path.read_bytes()
+        if damage.get(i) == "bytes before EOI":
+            jpeg = jpeg[:-2] + bytes(16) + b"\xff\xd9"
+        elif damage.get(i) == "cut":
+            jpeg = jpeg[:len(jpeg) // 2] + b"\xff\xd9"
+        (dest / path.name).write_bytes(jpeg)
+
+
+def test_offline_skips_an_undecodable_frame_and_says_so(tmp_path, capsys, shared_dir, fixture_dir):
+    # Regression: one damaged JPEG ended the whole run with nothing saved; the node skips it.
+    folder = tmp_path / "frames"
+    _damaged_copy(shared_dir / "data" / "courthouse_jpg", folder, {5: "cut"})
+    out = run_offline(tmp_path, fixture_dir, folder, "--max-frames", "8")
+    captured = capsys.readouterr()
+    assert "frames: 7 (7 keyframes)" in captured.out and "1 did not decode and were skipped" in captured.out
+    assert "rejected: frame skipped: image" in captured.err and "000005" in captured.err
+    stamps = read_tum(out / "trajectory.tum").stamps_s()
+    np.testing.assert_allclose(stamps, [0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7], atol=1e-6)
+
+
+def test_no_strict_jpeg_takes_frames_libjpeg_only_warns_about(tmp_path, capsys, shared_dir, fixture_dir):
+    folder = tmp_path / "frames"
+    _damaged_copy(shared_dir / "data" / "courthouse_jpg", folder, {i: "bytes before EOI" for i in range(8)})
+    argv = ["--model-config", str(fixture_dir / "config.json"), "--checkpoint", str(fixture_dir / "ckpt.pt"),
+            "--input", str(folder), "--output", str(tmp_path / "strict"), "--device", "cpu", "--image-width", "112"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "no frame of the input decoded (8 tried)" in err and "--no-strict-jpeg offline) accepts them" in err
+    out = run_offline(tmp_path, fixture_dir, folder, "--max-frames", "8", "--no-strict-jpeg")
+    assert "frames: 8 (8 keyframes)" in capsys.readouterr().out
+    assert len(read_tum(out / "trajectory.tum").stamps_s()) == 8

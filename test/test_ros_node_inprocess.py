@@ -367,3 +367,23 @@ def test_timer_callbacks_during_cleanup_never_meet_a_destroyed_publisher(live):
         thread.join(5)
     assert not errors, errors
     assert node.outputs is None
+
+
+@pytest.mark.parametrize("strict_jpeg", [True, False])
+def test_strict_jpeg_decides_whether_a_jpeg_libjpeg_warns_about_is_mapped(live, shared_dir, strict_jpeg):
+    from sensor_msgs.msg import CompressedImage
+
+    env = live(image_transport="compressed", strict_jpeg=strict_jpeg, num_scale_frames=1)
+    jpeg = sorted((shared_dir / "data" / "courthouse_jpg").glob("*.jpg"))[0].read_bytes()
+    msg = CompressedImage(format="jpeg", data=jpeg[:-2] + bytes(16) + b"\xff\xd9")   # bytes before EOI
+    msg.header.stamp.sec, msg.header.frame_id = 10, "cam"
+    subscription = env.node.inputs._subscriptions[0]
+    assert subscription.topic_name == "/map_node/image/compressed"
+    subscription.callback(msg)   # what the executor calls with the message
+    counters = env.node.counters
+    if strict_jpeg:
+        wait(lambda: counters.values["rejected"] == 1, "the frame rejected")
+        assert "strict_jpeg false" in counters.last_error
+    else:
+        wait(lambda: env.node.mapper.snapshot.processed == 1, "the frame processed")
+        assert counters.values["rejected"] == 0

@@ -23,6 +23,10 @@ OpenCV 5.0 with libjpeg-turbo 3.1, simplejpeg 1.9 with the libjpeg-turbo its whe
   2 shared CPU cores): this function 0.72-0.75 ms, OpenCV ``imdecode`` + BGR->RGB
   0.78-0.80 ms, Pillow open + ``exif_transpose`` + RGB 1.04-1.19 ms
   (``python bench/image_decode.py``; the table is in bench/README.md).
+  ``strict_jpeg=False`` (the node's ``strict_jpeg`` parameter, the tools' ``--no-strict-jpeg``)
+  keeps those warnings from rejecting the frame, for a camera whose every JPEG carries a
+  harmless one (bytes before EOI: the pixels are exact); damaged scan data then enters the map.
+  A fatal error (no header, no scan) is still rejected.
 * PNG: Pillow. Its PNG reader is zlib plus Python, not libpng, so it writes nothing to stderr
   (OpenCV's libpng prints "libpng error: IDAT: CRC error"); Pillow does not check the CRCs of
   image data, so every chunk's CRC is checked here first, and a stream without its IEND chunk is
@@ -54,13 +58,15 @@ _PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error,
                Image.DecompressionBombError)
 
 
-def decode_compressed(data, fmt: str = "", max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def decode_compressed(data, fmt: str = "", max_pixels: int = DEFAULT_MAX_PIXELS,
+                      strict_jpeg: bool = True) -> np.ndarray:
     """A JPEG or PNG payload -> writable, contiguous uint8 RGB ``[H, W, 3]``, upright.
 
     ``data`` is anything with the buffer protocol (bytes, ``array.array``, uint8 ndarray).
     Raises :class:`UnsupportedEncodingError` for another format or a depth map,
     :class:`CorruptImageError` for an empty, truncated or corrupt payload (libjpeg warnings
-    included), :class:`~lingbot_ros.io.decode_errors.ImageDecodeError` for an oversized image.
+    included unless ``strict_jpeg`` is False), :class:`~lingbot_ros.io.decode_errors.ImageDecodeError`
+    for an oversized image.
     """
     name = fmt.strip().lower()
     if "compresseddepth" in name:
@@ -73,25 +79,27 @@ def decode_compressed(data, fmt: str = "", max_pixels: int = DEFAULT_MAX_PIXELS)
     if not payload:
         raise CorruptImageError("empty compressed image (0 bytes)")
     if payload.startswith(_JPEG_SIGNATURE):
-        return _decode_jpeg(payload, max_pixels)
+        return _decode_jpeg(payload, max_pixels, strict_jpeg)
     if payload.startswith(_PNG_SIGNATURE):
         return _decode_png(payload, max_pixels)
     raise CorruptImageError(f"corrupt or unknown compressed data: {len(payload)} bytes starting "
                             f"{payload[:8].hex(' ')} are neither JPEG nor PNG (format '{fmt}')")
 
 
-def _decode_jpeg(payload: bytes, max_pixels: int) -> np.ndarray:
+def _decode_jpeg(payload: bytes, max_pixels: int, strict: bool) -> np.ndarray:
     try:
         height, width, _, _ = simplejpeg.decode_jpeg_header(payload)
     except ValueError as err:
         raise CorruptImageError(f"corrupt JPEG header ({len(payload)} bytes): {err}") from err
     check_size(width, height, max_pixels)
     try:
-        rgb = simplejpeg.decode_jpeg(payload, colorspace="RGB", strict=True)
+        rgb = simplejpeg.decode_jpeg(payload, colorspace="RGB", strict=strict)
     except ValueError as err:
+        hint = ("; if every frame of this camera says so, its encoder writes JPEGs libjpeg warns "
+                "about: strict_jpeg false (--no-strict-jpeg offline) accepts them" if strict else "")
         raise CorruptImageError(
             f"corrupt JPEG data ({len(payload)} bytes, {width}x{height}): {err}; the image was "
-            "damaged between the camera and here (a lossy link, a cut message)") from err
+            f"damaged between the camera and here (a lossy link, a cut message){hint}") from err
     return apply_orientation(rgb, _jpeg_orientation(payload))
 
 

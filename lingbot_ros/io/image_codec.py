@@ -35,9 +35,9 @@ def image_to_rgb(msg, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
                       msg.data, max_pixels)
 
 
-def compressed_to_rgb(msg, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def compressed_to_rgb(msg, max_pixels: int = DEFAULT_MAX_PIXELS, strict_jpeg: bool = True) -> np.ndarray:
     """sensor_msgs/CompressedImage (jpeg or png) -> contiguous uint8 RGB ``[H, W, 3]``."""
-    return decode_compressed(msg.data, msg.format, max_pixels)
+    return decode_compressed(msg.data, msg.format, max_pixels, strict_jpeg)
 
 
 def fill_image(msg, array: np.ndarray, encoding: str):

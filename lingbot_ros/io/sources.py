@@ -56,6 +56,15 @@ class FrameDecodeError(SourceError):
     """A file or message of the source does not decode; ``__cause__`` is the ImageDecodeError."""
 
 
+def _undecodable(on_undecodable, error: FrameDecodeError, cause: ImageDecodeError) -> None:
+    """Raise ``error``, or hand it to ``on_undecodable`` and let the source go on to the next frame
+    (the node skips such a frame too: a long bag is not lost to one damaged message)."""
+    if on_undecodable is None:
+        raise error from cause
+    error.__cause__ = cause
+    on_undecodable(error)
+
+
 class Frame(NamedTuple):
     stamp_s: float      # seconds (header stamp for bags, capture clock for cameras)
     rgb: np.ndarray     # [H, W, 3] uint8 RGB
@@ -64,7 +73,8 @@ class Frame(NamedTuple):
 class FolderSource:
     """Image files of a folder in sorted name order, stamped ``start_s + i / rate_hz``."""
 
-    def __init__(self, folder: str | Path, rate_hz: float = DEFAULT_RATE_HZ, start_s: float = 0.0):
+    def __init__(self, folder: str | Path, rate_hz: float = DEFAULT_RATE_HZ, start_s: float = 0.0,
+                 strict_jpeg: bool = True, on_undecodable=None):
         folder = Path(folder)
         if not folder.is_dir():
             raise SourceNotFoundError(f"image folder {folder} does not exist")
@@ -74,15 +84,17 @@ class FolderSource:
         if not self.files:
             raise EmptySourceError(f"folder {folder} holds no {'/'.join(IMAGE_SUFFIXES)} images")
         self.rate_hz, self.start_s = float(rate_hz), float(start_s)
+        self.strict_jpeg, self.on_undecodable = strict_jpeg, on_undecodable
         self.num_frames: int | None = len(self.files)
         self.description = f"folder {folder} ({len(self.files)} images at {rate_hz:g} Hz)"
 
     def __iter__(self) -> Iterator[Frame]:
         for i, path in enumerate(self.files):
             try:
-                rgb = decode_compressed(path.read_bytes())
+                rgb = decode_compressed(path.read_bytes(), strict_jpeg=self.strict_jpeg)
             except ImageDecodeError as err:
-                raise FrameDecodeError(f"image {path}: {err}") from err
+                _undecodable(self.on_undecodable, FrameDecodeError(f"image {path}: {err}"), err)
+                continue
             yield Frame(self.start_s + i / self.rate_hz, rgb)
 
 
@@ -198,7 +210,9 @@ class BagSource:
     :class:`FrameDecodeError` naming it. Without ``topic`` the bag's first image topic is used.
     """
 
-    def __init__(self, path: str | Path, topic: str | None = None):
+    def __init__(self, path: str | Path, topic: str | None = None, strict_jpeg: bool = True,
+                 on_undecodable=None):
+        self.strict_jpeg, self.on_undecodable = strict_jpeg, on_undecodable
         from rosbags.highlevel import AnyReader, AnyReaderError  # import cost only when used
         from rosbags.typesys import Stores, get_typestore
 
@@ -241,16 +255,18 @@ class BagSource:
             for index, (connection, _, raw) in enumerate(reader.messages(connections=connections)):
                 msg = reader.deserialize(raw, connection.msgtype)
                 compressed = connection.msgtype == COMPRESSED_MSGTYPE
-                decode = compressed_to_rgb if compressed else image_to_rgb
                 try:
-                    rgb = decode(msg)
+                    rgb = (compressed_to_rgb(msg, strict_jpeg=self.strict_jpeg) if compressed
+                           else image_to_rgb(msg))
                 except ImageDecodeError as err:
-                    raise FrameDecodeError(f"bag {self.path} topic {self.topic} message {index}: "
-                                           f"{err}") from err
+                    _undecodable(self.on_undecodable, FrameDecodeError(
+                        f"bag {self.path} topic {self.topic} message {index}: {err}"), err)
+                    continue
                 yield Frame(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, rgb)
 
 
-def open_source(spec: str, rate_hz: float | None = None, topic: str | None = None):
+def open_source(spec: str, rate_hz: float | None = None, topic: str | None = None,
+                strict_jpeg: bool = True, on_undecodable=None):
     """Open a frame source from a spec string.
 
     Rules, in order:
@@ -264,6 +280,9 @@ def open_source(spec: str, rate_hz: float | None = None, topic: str | None = Non
 
     ``rate_hz`` stamps sources without their own clock (folders, synthetic: default 10 Hz) and
     overrides a video's own frame rate; bags keep their header stamps, cameras the wall clock.
+    ``strict_jpeg`` False lets JPEGs with libjpeg warnings through (folders, bags; see
+    :mod:`lingbot_ros.io.compressed_image`). A frame that does not decode raises
+    :class:`FrameDecodeError`, or with ``on_undecodable`` is handed to it and skipped.
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return _synthetic_from_spec(spec, rate_hz or DEFAULT_RATE_HZ)
@@ -275,11 +294,12 @@ def open_source(spec: str, rate_hz: float | None = None, topic: str | None = Non
                                   "video file, a rosbag2, a camera index or 'synthetic')")
     if path.is_dir():
         if (path / "metadata.yaml").exists():
-            return BagSource(path, topic)
-        return FolderSource(path, rate_hz or DEFAULT_RATE_HZ)
+            return BagSource(path, topic, strict_jpeg, on_undecodable)
+        return FolderSource(path, rate_hz or DEFAULT_RATE_HZ, strict_jpeg=strict_jpeg,
+                            on_undecodable=on_undecodable)
     suffix = path.suffix.lower()
     if suffix in BAG_STORAGE_SUFFIXES:
-        return BagSource(path, topic)
+        return BagSource(path, topic, strict_jpeg, on_undecodable)
     if suffix in VIDEO_SUFFIXES:
         return VideoSource(path, rate_hz)
     raise UnknownSourceFormatError(

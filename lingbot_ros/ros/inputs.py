@@ -5,6 +5,7 @@ Callbacks only decode and hand frames to the worker's inbox; bad input is counte
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -29,7 +30,8 @@ class Inputs:
         qos = KEEP_ALL_RELIABLE if cfg.process_all_frames else input_qos(
             "sensor_data" if cfg.image_qos == "auto" else cfg.image_qos, cfg.image_qos_depth)
         compressed = cfg.image_transport == "compressed"
-        decode = compressed_to_rgb if compressed else image_to_rgb
+        decode = (functools.partial(compressed_to_rgb, strict_jpeg=cfg.strict_jpeg) if compressed
+                  else image_to_rgb)
         self._subscriptions = [node.create_subscription(
             CompressedImage if compressed else Image, names.image, lambda msg: self.accept(msg, decode), qos,
             callback_group=group)]

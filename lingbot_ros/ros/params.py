@@ -57,6 +57,9 @@ class NodeSettings:
     camera_info_qos_depth: int = setting(5, "camera_info subscription history depth", minimum=1, when=ACTIVATE)
     max_image_pixels: int = setting(DEFAULT_MAX_PIXELS, "larger images are rejected as bad input", minimum=1,
                                     when=ACTIVATE)
+    strict_jpeg: bool = setting(True, "a JPEG libjpeg warns about (damaged data, bytes before its end) is "
+                                "rejected; false accepts them, for a camera whose every JPEG carries such "
+                                "a warning (damaged frames then reach the map)", when=ACTIVATE)
     # -- output ----------------------------------------------------------------------------------
     map_frame: str = setting("map", "frame of poses, path, odometry and clouds", check=_frame_name)
     base_frame: str = setting("base_link", "the robot's base frame: ~/pose, ~/odom and ~/path are its poses, "

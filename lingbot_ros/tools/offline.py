@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from lingbot_ros.io.sources import SourceError, open_source
+from lingbot_ros.io.sources import FrameDecodeError, SourceError, open_source
 from lingbot_ros.mapping import factory, to_numpy
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="png16: 16-bit PNG, depth in millimetres of the map's unit, "
                              f"clipped to {DEPTH_PNG_MAX_M} (0 = below 0.5 mm); npy: float32 "
                              "[H, W] (default %(default)s)")
+    parser.add_argument("--strict-jpeg", action=argparse.BooleanOptionalAction, default=True,
+                        help="reject a JPEG libjpeg warns about (the node's strict_jpeg); "
+                             "--no-strict-jpeg accepts them (default %(default)s)")
     add_settings_arguments(parser)
     return parser
 
@@ -85,7 +88,14 @@ def run(args: argparse.Namespace) -> str:
     if args.max_frames is not None and args.max_frames < 1:
         raise OfflineError(f"--max-frames must be >= 1, got {args.max_frames}")
     settings = settings_from_args(args)
-    source = open_source(args.input, rate_hz=args.rate_hz, topic=args.topic)
+    undecodable: list[FrameDecodeError] = []
+
+    def skip(error: FrameDecodeError) -> None:   # the node skips such a frame too
+        undecodable.append(error)
+        print(f"lingbot-ros-offline: rejected: frame skipped: {error}", file=sys.stderr)
+
+    source = open_source(args.input, rate_hz=args.rate_hz, topic=args.topic, strict_jpeg=args.strict_jpeg,
+                         on_undecodable=skip)
     total = source.num_frames
     if args.max_frames is not None:
         total = args.max_frames if total is None else min(total, args.max_frames)
@@ -112,6 +122,8 @@ def run(args: argparse.Namespace) -> str:
             report(outcome.notices)
             writer.add(outcome.final)
             progress.update(seen, have_results=writer.num_frames > 0)
+    if seen == 0 and undecodable:
+        raise OfflineError(f"no frame of the input decoded ({len(undecodable)} tried); the first: {undecodable[0]}")
     outcome = mapper.finish()
     report(outcome.notices)
     writer.add(outcome.final)
@@ -126,7 +138,9 @@ def run(args: argparse.Namespace) -> str:
     fps = seen / max(progress.elapsed_s, 1e-9)
     steady = progress.steady_fps(seen)
     steady_text = f" ({steady:.2f} FPS after the first results)" if steady is not None else ""
-    return (f"frames: {writer.num_frames} ({writer.num_keyframes} keyframes) from {source.description}\n"
+    skipped = f"; {len(undecodable)} did not decode and were skipped" if undecodable else ""
+    return (f"frames: {writer.num_frames} ({writer.num_keyframes} keyframes) from {source.description}"
+            f"{skipped}\n"
             f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {bundle.device}{steady_text}\n"
             f"map: {saved.num_points} points (voxel {settings.map_voxel_size_m:g})\n"
             f"outputs: {saved.tum_path}, {table}, {writer.depth_dir}/, {saved.ply_path}")
