@@ -164,6 +164,15 @@ def test_newest_frame_wins_and_counts_drops():
     assert inbox.get(0.01) == 3 and inbox.get(0.01) is None
 
 
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_a_closed_inbox_takes_no_frame(keep_all):
+    # Regression: newest-frame-wins appended to a closed (deactivated) inbox, so an image callback
+    # still running at deactivate had its frame processed by an inactive node.
+    inbox = FrameInbox(keep_all=keep_all, capacity=2)
+    inbox.close()
+    assert inbox.put(1) == 1 and len(inbox) == 0 and inbox.get(0.01) is None
+
+
 def test_fifo_keeps_order_and_blocks_when_full():
     inbox = FrameInbox(keep_all=True, capacity=2)
     assert inbox.put(1) == 0 and inbox.put(2) == 0

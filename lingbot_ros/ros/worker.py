@@ -27,14 +27,16 @@ class FrameInbox:
         self._closed = False
 
     def put(self, item) -> int:
+        """Queue ``item``; return how many frames this dropped. A closed inbox (deactivated)
+        drops the item itself: an image callback still running then must not feed the worker."""
         with self._cond:
             dropped = 0
             if self.keep_all:
                 while len(self._items) >= self.capacity and not self._closed:
                     self._cond.wait(0.1)
-                if self._closed:
-                    return 1
-            elif self._items:
+            if self._closed:
+                return 1
+            if not self.keep_all and self._items:
                 self._items.popleft()
                 dropped = 1
             self._items.append(item)
@@ -64,10 +66,6 @@ class FrameInbox:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-
-    def open(self) -> None:
-        with self._cond:
-            self._closed = False
 
     def __len__(self) -> int:
         return len(self._items)

@@ -121,6 +121,8 @@ def main(argv=None) -> int:
             code = 1
         stop.set()
         camera.join(5)
+        # Inactive: no frame is taken after this, so the summary and the saved files agree.
+        node.trigger_deactivate()
         print()
         code = _save_and_summarise(client_node, node, args, SaveMap, time.monotonic() - start) or code
     except KeyboardInterrupt:
@@ -138,7 +140,6 @@ def main(argv=None) -> int:
 def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float) -> int:
     from std_srvs.srv import Trigger
 
-    status = node.status_message()
     random_weights = node.bundle is not None and node.bundle.random_weights
     if save_map_type is not None:
         client = client_node.create_client(save_map_type, "/map_node/save_map")
@@ -153,6 +154,7 @@ def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float) 
     while not future.done() and time.monotonic() < deadline:
         time.sleep(0.05)
     response = future.result() if future.done() else None
+    status = node.status_message()
     print(f"summary: {status.frames_processed} frames processed in {elapsed:.1f} s "
           f"({status.frames_processed / max(elapsed, 1e-6):.2f} FPS), {status.frames_received} received, "
           f"{status.frames_dropped} dropped, {status.frames_rejected} rejected, {status.frames_failed} failed, "
