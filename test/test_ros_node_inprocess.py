@@ -191,7 +191,7 @@ def test_depth_confidence_camera_info_and_map_outputs(live):
                                if stamp_ns(m.header) == stamps[-1]), None), "a map after frame 4")
     xyz, rgb = messages.unpack_points(cloud)
     assert cloud.header.frame_id == "map" and cloud.width == len(xyz) > 0
-    np.testing.assert_array_equal(xyz, env.node.mapper.voxel_map.points()[0])
+    np.testing.assert_array_equal(xyz, env.node.mapper.map_points()[0])
 
 
 def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(live, monkeypatch, capfd):
@@ -218,7 +218,7 @@ def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(liv
     after = env.status(lambda s: s.frames_processed == 5, "the next frame processed")
     assert after.state == MapStatus.STATE_INITIALISING and after.init_frames == 1
     assert after.frames_failed == 1 and after.frames_processed == 5
-    assert len(env.node.mapper.trajectory) == 4      # the map and trajectory carried on
+    assert env.node.mapper.snapshot.trajectory_poses == 4      # the map and trajectory carried on
 
 
 def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
@@ -230,7 +230,7 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
     assert capped.state == MapStatus.STATE_RESET and capped.state_text == f"reset: {reason}"
     assert capped.keyframes == 0 and capped.frames_processed == 4
     assert f"stream restarted (map continues from the last pose): {reason}" in capfd.readouterr().err
-    map_points = len(env.node.mapper.voxel_map)
+    map_points = len(env.node.mapper.map_points()[0])
     assert map_points > 0
 
     for i in range(3):
@@ -238,7 +238,7 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
     tracking = env.status(lambda s: s.frames_processed == 7, "tracking again")
     assert tracking.state == MapStatus.STATE_TRACKING and tracking.keyframes == 3
     assert tracking.resets == 1 and tracking.frames_failed == 0
-    assert len(env.node.mapper.trajectory) == 7 and len(env.node.mapper.voxel_map) >= map_points
+    assert env.node.mapper.snapshot.trajectory_poses == 7 and len(env.node.mapper.map_points()[0]) >= map_points
 
 
 def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
@@ -249,7 +249,7 @@ def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
     gap = env.status(lambda s: s.resets == 1, "the reset on the gap")
     assert gap.state_text == ("initialising 1/3 (restarted: gap of 9.700 s between image stamps "
                               "(max_stamp_gap_s=1))")
-    assert len(env.node.mapper.trajectory) == 0 and len(env.node.mapper.voxel_map) == 0
+    assert env.node.mapper.snapshot.trajectory_poses == 0 and len(env.node.mapper.map_points()[0]) == 0
     env.send(5.0)                                        # a looped bag
     back = env.status(lambda s: s.resets == 2, "the reset on the backward stamp")
     assert back.state_text == "initialising 1/3 (restarted: image stamp went back by 15.000 s (bag looped?))"
@@ -337,8 +337,8 @@ def test_the_mount_from_tf_static_places_the_base_and_map_to_odom_corrects_the_o
         np.testing.assert_allclose(_matrix(t.transform.translation, t.transform.rotation),
                                    map_base @ np.linalg.inv(odom_base[stamp]), atol=1e-5)
     # The first camera is the model's origin: the base starts at the map's origin.
-    np.testing.assert_allclose(env.node.mapper.robot.base_pose(
-        env.node.mapper._placement.camera_pose(np.eye(4))), np.eye(4), atol=1e-9)
+    np.testing.assert_allclose(env.node.mapper._stream.frames.conversion.base_pose(
+        env.node.mapper._stream.placement.camera_pose(np.eye(4))), np.eye(4), atol=1e-9)
 
 
 def test_timer_callbacks_during_cleanup_never_meet_a_destroyed_publisher(live):

@@ -234,8 +234,10 @@ def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
     from lingbot_ros.mapping.trajectory import Trajectory
     from lingbot_ros.ros.outputs import PathCache
 
-    trajectory, frames = Trajectory(), RobotFrames(MapperSettings())
-    path = PathCache(trajectory, frames, "map", max_length=3)
+    trajectory = Trajectory()
+    conversion = RobotFrames(MapperSettings()).first_stream()[1].conversion
+    mapper = SimpleNamespace(path_poses=lambda count: [(e, conversion) for e in trajectory.newest(count)])
+    path = PathCache(mapper, "map", max_length=3)
     for index in range(4):
         pose = np.eye(4)
         pose[:3, 3] = (float(index), 0.0, 0.0)   # internal frame: map axes, model units
