@@ -72,10 +72,16 @@ class MapConversion:
     def scale(self) -> float:
         return self.metric.scale
 
+    @property
+    def is_identity(self) -> bool:
+        """Positions in I are positions in map (no rounding through the origins then)."""
+        return self.scale == 1.0 and np.array_equal(self.origin_internal, self.origin_map)
+
     def camera_pose(self, internal_pose: np.ndarray) -> np.ndarray:
         """T_I_camera -> T_M_camera."""
         pose = np.array(internal_pose, dtype=np.float64)
-        pose[:3, 3] = self.scale * (pose[:3, 3] - self.origin_internal) + self.origin_map
+        if not self.is_identity:
+            pose[:3, 3] = self.scale * (pose[:3, 3] - self.origin_internal) + self.origin_map
         return pose
 
     def base_pose(self, internal_pose: np.ndarray) -> np.ndarray:
@@ -84,6 +90,8 @@ class MapConversion:
 
     def points(self, xyz_internal: np.ndarray) -> np.ndarray:
         """``[N, 3]`` points in I -> in ``map`` (float32)."""
+        if self.is_identity:
+            return np.asarray(xyz_internal, np.float32).copy()
         xyz = np.asarray(xyz_internal, np.float64)
         return (self.scale * (xyz - self.origin_internal) + self.origin_map).astype(np.float32)
 
