@@ -4,6 +4,7 @@ The fixture checkpoint runs at a 112-pixel input width on CPU; frames are one te
 shifted sideways, so the motion policy's parallax is known (a shift of s pixels at 640 px is s/2
 at the policy's 320 px working width).
 """
+import dataclasses
 import itertools
 
 import cv2
@@ -269,3 +270,25 @@ def test_settings_name_every_bad_value():
     for name in ("'sliding_window' must be >= 1", "'device' must be auto, cpu, cuda or cuda:N",
                  "'keyframe_policy' must be one of", "'map_voxel_size_m' must be > 0"):
         assert name in text
+
+
+def test_the_stamp_gap_rule_sees_frames_received_not_processed(make_mapper):
+    """Regression: a slow step made a newest-frame-wins node skip frames; the next processed
+    stamp was 16 s later and the node restarted and cleared its map (again at every phase 1).
+    A frame carries the input's own gap before it (InputFrame.gap_ns); only that counts."""
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i, stamp_s=100.0 + 0.1 * i))
+    skipped = dataclasses.replace(frame(40, stamp_s=116.3), gap_ns=10**8)   # 160 frames skipped
+    assert not mapper.process(skipped).notices and mapper.snapshot.restarts == 0
+    gap = dataclasses.replace(frame(48, stamp_s=132.3), gap_ns=16 * 10**9)  # a gap in the input
+    assert "gap of 16.000 s" in mapper.process(gap).notices[0].text
+    assert mapper.process(frame(56, stamp_s=150.0)).notices[0].kind == RESTART  # no gap_ns: the stamps
+
+
+def test_settings_check_what_the_scale_estimator_needs():
+    """Regression: scale_min_pairs 1 passed the settings, then the Mapper's constructor raised."""
+    with pytest.raises(SettingsError, match="'scale_min_pairs' \\(1\\) must be >= 2"):
+        MapperSettings(scale_source="odometry", scale_min_pairs=1)
+    with pytest.raises(SettingsError, match="at most scale_window_pairs"):
+        MapperSettings(scale_min_pairs=20, scale_window_pairs=10)

@@ -105,3 +105,30 @@ def test_until_odometry_arrives_the_status_says_why(base):
     settings, frames = base
     mapper, _ = run(dataclasses.replace(settings, scale_source="odometry"), frames[:6])
     assert not mapper.snapshot.scale_known and "waiting for odometry" in mapper.snapshot.scale_text
+
+
+def test_a_restart_that_keeps_the_map_keeps_each_stream_at_its_own_scale(base):
+    """Regression: a restart that keeps the map (an image size change) between two odometry
+    scales wrote the first stream at the second's scale (x2.63 right after the restart). Each
+    stream is converted into map once, at its own scale, when it ends."""
+    settings, frames = base
+    _, model_run = run(settings, frames)
+    centres = np.stack([o.internal_pose[:3, 3] for o in model_run])
+    s_true = 0.15 / np.median(np.linalg.norm(np.diff(centres, axis=0), axis=1))
+    odometry = {}
+    for output, centre in zip(model_run, centres):
+        pose = np.eye(4)
+        pose[:3, 3] = s_true * centre
+        odometry[output.stamp_ns] = pose
+    estimated = dataclasses.replace(settings, scale_source="odometry", scale_min_motion_m=0.1, scale_max_spread=0.05)
+    mapper, _ = run(estimated, frames, odometry)
+    assert mapper.snapshot.scale_known and abs(mapper.snapshot.scale / s_true - 1) < 0.02
+    xyz, rgb = mapper.map_points()
+    trajectory = mapper.saved_trajectory()
+    smaller = frames[-1].rgb[::2, ::2].copy()
+    outcome = mapper.process(InputFrame(rgb=smaller, stamp_ns=frames[-1].stamp_ns + 10**8))
+    assert "image size changed" in outcome.notices[0].text and not mapper.snapshot.scale_known
+    after_xyz, after_rgb = mapper.map_points()
+    np.testing.assert_array_equal(after_xyz, xyz)
+    np.testing.assert_array_equal(after_rgb, rgb)
+    np.testing.assert_array_equal(mapper.saved_trajectory().c2w(), trajectory.c2w())
