@@ -85,7 +85,8 @@ def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_tum(path: str | Path, trajectory: Trajectory) -> None:
-    """Write ``timestamp tx ty tz qx qy qz qw`` per pose (camera-to-world), one line each.
+    """Write ``timestamp tx ty tz qx qy qz qw`` per pose, one line each (the Mapper's
+    trajectory.tum: the robot base in ``map``).
 
     This is the TUM RGB-D benchmark format that evo and the TUM tools read. Stamps are written
     in seconds with microsecond digits: a float64 of Unix-epoch seconds resolves ~0.24 us, so

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import logging
 import time
 from pathlib import Path
 
@@ -46,8 +45,6 @@ from .settings import LIVE, MapperSettings, SettingsError
 from .stamps import ACCEPT, DROP, StampPolicy
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
-
-log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
