@@ -56,6 +56,7 @@ def run_live(mapper, inputs):
     (37, {"keyframe_interval": 2, "overlap_size": 5}),            # L = 3 + 7 * 2 = 17 frames
     (25, {"overlap_size": 2}),                                    # overlap shorter than phase 1
     (8, {}),                                                      # one window, never switched
+    (21, {"window_size": 5, "overlap_size": 3}),                  # overlap > step: frames re-run twice
 ])
 def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, count, overrides):
     mapper = windowed(fixture_files, **overrides)

@@ -350,7 +350,7 @@ class Mapper:
             for ready, warped in windows.place(pending, result):
                 keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
                 if ready.rerun:
-                    self._finalise_overlap(outcome, ready, warped, keyframe)
+                    self._rerun(outcome, ready, warped, keyframe)
                 else:
                     self._emit(outcome, ready, warped, keyframe, trusted, windows.is_final(ready.position))
         if results:
@@ -385,12 +385,19 @@ class Mapper:
         else:
             self._stream.windows.hold(output)
 
-    def _finalise_overlap(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
-        """An overlap frame run again by the next window: that run's value is the final one."""
-        self._stream.windows.finalised(pending.index)
-        output = self._output(pending, result, is_keyframe, True, final=True)
+    def _rerun(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
+        """An overlap frame run again by the next window: this run's value replaces the earlier
+        one, final unless the frame is in this window's overlap too (overlap > L - overlap)."""
+        windows = self._stream.windows
+        final = windows.is_final(pending.position)
+        output = self._output(pending, result, is_keyframe, True, final=final)
         self._store.replace_pose(output.index, output.internal_pose)
-        self._finalise(outcome, output)
+        if final:
+            windows.finalised(pending.index)
+            self._finalise(outcome, output)
+        else:
+            windows.hold(output)
+            outcome.revised.append(output)
 
     def _finalise(self, outcome, output: MapperOutput) -> None:
         outcome.final.append(output)

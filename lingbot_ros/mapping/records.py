@@ -97,11 +97,13 @@ class StepOutcome:
 
     ``new``: outputs of frames seen for the first time (publish them); ``final``: outputs whose
     value is now final (a file writer writes these, each frame exactly once over a run; for a
-    non-windowed run they are the same objects as ``new``).
+    non-windowed run they are the same objects as ``new``); ``revised``: provisional outputs
+    given a new, still provisional value (a frame in the overlap of two windows after its own).
     """
 
     new: list[MapperOutput] = dataclasses.field(default_factory=list)
     final: list[MapperOutput] = dataclasses.field(default_factory=list)
+    revised: list[MapperOutput] = dataclasses.field(default_factory=list)   # provisional, new value
     notices: list[Notice] = dataclasses.field(default_factory=list)
 
 
