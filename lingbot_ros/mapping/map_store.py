@@ -1,11 +1,17 @@
 """The saved map and trajectory, at one scale whatever restarts happened.
 
 The live stream's keyframe points and poses are kept in its internal frame I (model units), so
-that a scale estimate that moves converts them all alike when they are read. A stream that ends
-while the map goes on (a restart that keeps the map) is converted into ``map`` once, with the
-scale it had at its end, and joins the finished part: each stream is in ``map`` at its own
-scale, and a later stream's scale never rewrites an earlier one's points. Reading the map or the
-trajectory gives the finished part plus the live stream converted with its current conversion.
+that a scale estimate that moves converts them all alike when they are read. A restart that
+keeps the map:
+
+- with a constant scale (scale_source none or fixed) the next stream continues in the same I
+  with the same conversion: nothing is converted, the map is what one stream would have made;
+- with a scale of each stream's own (odometry) the ended stream is converted into ``map`` once,
+  with the scale it had at its end, and joins the finished part (``end_stream``): each stream is
+  in ``map`` at its own scale, and a later stream's estimate never rescales an earlier one.
+
+Reading the map or the trajectory gives the finished part plus the live part converted with the
+current conversion.
 
 The voxel pitch is ``map_voxel_size_m`` in ``map`` units (metres once the scale is known): the live
 map's pitch in I is that divided by the stream's scale, and is set again (its voxels resampled)

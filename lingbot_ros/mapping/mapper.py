@@ -435,20 +435,26 @@ class Mapper:
         """The one way a stream ends (reset, restart, failure) and the next one starts. Buffered
         scale frames run first (a short phase 1, unless ``lost``), so that every processed frame
         gets its pose. keep_map: the map and trajectory continue from the last pose, the ended
-        stream kept at its own scale; otherwise both are cleared."""
+        stream kept at its own scale (map_store.py); otherwise both are cleared."""
         self._close(outcome, lost)
         self.session.reset()
         state = self._stream
         conversion = state.frames.conversion
         if keep_map:
-            last = self._store.newest_poses(1, conversion)
-            if last and last[0][1] is conversion:
-                self._last_map_pose = conversion.camera_pose(last[0][0].c2w)
-            self._store.end_stream(conversion)
+            newest = self._store.newest_poses(1, conversion)
+            last = newest[0][0].c2w if newest and newest[0][1] is conversion else None   # T_I_camera
             if state.windows is not None:
                 self._records += state.windows.records
-            placement, frames = (self.robot.continuing_stream(self._last_map_pose)
-                                 if self._last_map_pose is not None else self.robot.first_stream())
+            if self.robot.constant_scale:      # one internal frame and conversion for every stream
+                self._store.merge()
+                placement, frames = (self.robot.continuing_in(conversion, last) if last is not None
+                                     else self.robot.first_stream())
+            else:                              # the ended stream goes into map once, at its scale
+                if last is not None:
+                    self._last_map_pose = conversion.camera_pose(last)
+                self._store.end_stream(conversion)
+                placement, frames = (self.robot.continuing_stream(self._last_map_pose)
+                                     if self._last_map_pose is not None else self.robot.first_stream())
         else:
             self._counts["cleared"] += self._store.clear()
             self._records, self._last_map_pose = [], None

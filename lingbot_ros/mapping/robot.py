@@ -49,17 +49,32 @@ class RobotFrames:
         with the base's axes, ``map``'s origin at the base."""
         return Placement(rotation=self.mount[:3, :3].copy()), self._stream(np.zeros(3), self.mount[:3, 3].copy())
 
+    @property
+    def constant_scale(self) -> bool:
+        """Every stream has the same scale (scale_source none or fixed): streams can share I."""
+        return self.settings.scale_source != "odometry"
+
+    def continuing_in(self, conversion: MapConversion, camera_pose_internal: np.ndarray) \
+            -> tuple[Placement, "StreamFrames"]:
+        """A constant scale: the new stream continues in the ended one's I, from its last camera
+        (T_I_camera), with the same conversion into map."""
+        return Placement.continuing_from(camera_pose_internal), StreamFrames(
+            self._source(), conversion, self.odometry, self.mount)
+
     def continuing_stream(self, camera_pose_map: np.ndarray) -> tuple[Placement, "StreamFrames"]:
-        """A stream that continues the map from ``camera_pose_map`` (T_M_camera): I is ``map``
-        itself, and the stream is scaled about its first camera."""
+        """A scale of its own (odometry): the new stream continues the map from
+        ``camera_pose_map`` (T_M_camera), its I is ``map`` itself, scaled about its first camera."""
         origin = camera_pose_map[:3, 3].copy()
         return Placement.continuing_from(camera_pose_map), self._stream(origin, origin)
 
-    def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
+    def _source(self) -> ScaleSource:
         s = self.settings
-        source = make_scale_source(s.scale_source, s.scale, window_pairs=s.scale_window_pairs,
-                                   min_pairs=s.scale_min_pairs, min_motion_m=s.scale_min_motion_m,
-                                   max_spread=s.scale_max_spread)
+        return make_scale_source(s.scale_source, s.scale, window_pairs=s.scale_window_pairs,
+                                 min_pairs=s.scale_min_pairs, min_motion_m=s.scale_min_motion_m,
+                                 max_spread=s.scale_max_spread)
+
+    def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
+        source = self._source()
         conversion = MapConversion(source.state(), rigid_inverse(self.mount), origin_internal, origin_map)
         return StreamFrames(source, conversion, self.odometry, self.mount)
 
