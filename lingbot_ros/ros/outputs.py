@@ -129,12 +129,25 @@ class PathCache:
     def message(self, stamp) -> Path:
         poses, scale, built = [], self.frames.scale.scale, {}
         for entry in self.trajectory.newest(self.max_length):
-            cached = self._messages.get(entry.key)
-            if cached is None or cached[0] is not entry or cached[1] != scale:
-                source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
-                cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source,
-                                                              self.frame_id))
+            cached = self._built(entry, scale)
             built[entry.key] = cached
             poses.append(cached[2])
         self._messages = built
         return Path(header=messages.make_header(stamp, self.frame_id), poses=poses)
+
+    def whole(self, stamp, start: int = 0, count: int = 0) -> tuple[Path, int]:
+        """Poses ``start`` .. ``start + count`` (count 0: to the end) of the whole trajectory,
+        oldest first, and how many it holds (~/get_trajectory). Leaves ~/path's cache as it is."""
+        entries = list(self.trajectory)
+        chosen = entries[start:start + count] if count else entries[start:]
+        scale = self.frames.scale.scale
+        poses = [self._built(entry, scale)[2] for entry in chosen]
+        return Path(header=messages.make_header(stamp, self.frame_id), poses=poses), len(entries)
+
+    def _built(self, entry, scale) -> tuple[object, float, PoseStamped]:
+        cached = self._messages.get(entry.key)
+        if cached is None or cached[0] is not entry or cached[1] != scale:
+            # Exact image stamps are kept for ~/path's length; older poses have float seconds.
+            source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
+            cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source, self.frame_id))
+        return cached
