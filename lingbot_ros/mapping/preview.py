@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 SIZE_PX = 900            # the plot area's longer side
-MARGIN = (70, 30, 110, 60)   # left, top, right (colour bar), bottom
+MARGIN = (110, 30, 110, 60)   # left (room for the y label), top, right (colour bar), bottom
 BACKGROUND = (255, 255, 255)
 AXES = (60, 60, 60)
 PATH_COLOUR = (220, 30, 30)

@@ -194,7 +194,7 @@ def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float, 
         print(f"lingbot-ros-demo: save_map failed: {response.message if response else 'timeout'}",
               file=sys.stderr)
         return 1
-    print(f"saved: {response.message} ({response.num_poses} poses)")
+    print(f"saved: {response.message}")
     if random_weights:
         print("note: random-weight model; the saved map is NOT a reconstruction (use --checkpoint)")
     return 0
