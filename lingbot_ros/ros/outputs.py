@@ -115,7 +115,8 @@ class PathCache:
 
     def __init__(self, trajectory, frames, frame_id: str, max_length: int):
         self.trajectory, self.frames, self.frame_id, self.max_length = trajectory, frames, frame_id, max_length
-        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only)
+        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only), for
+        # every pose the trajectory holds
         self._stamps: collections.OrderedDict[int, object] = collections.OrderedDict()
         # frame index -> (the trajectory entry and scale it was built from, the message). Entries
         # are immutable and replaced whole, so identity says "unchanged" without comparing poses.
@@ -123,7 +124,8 @@ class PathCache:
 
     def add(self, output: MapperOutput) -> None:
         self._stamps[output.index] = output.frame.source
-        while len(self._stamps) > self.max_length:
+        # As many as the trajectory holds (~/get_trajectory returns them all), oldest out first.
+        while len(self._stamps) > max(self.max_length, len(self.trajectory)):
             self._stamps.popitem(last=False)
 
     def message(self, stamp) -> Path:
@@ -147,7 +149,6 @@ class PathCache:
     def _built(self, entry, scale) -> tuple[object, float, PoseStamped]:
         cached = self._messages.get(entry.key)
         if cached is None or cached[0] is not entry or cached[1] != scale:
-            # Exact image stamps are kept for ~/path's length; older poses have float seconds.
             source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
             cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source, self.frame_id))
         return cached
