@@ -10,6 +10,7 @@ over the whole run would spread over its estimate of the time left.
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import time
 
@@ -17,6 +18,7 @@ from tqdm import tqdm
 
 PLAIN_PERIOD_S = 5.0
 WINDOW = 10
+UNSIZED_COLUMNS = 100
 
 
 class Progress:
@@ -36,7 +38,10 @@ class Progress:
         self._bar = None
         if self.tty:
             number = f"{{n:.{decimals}f}}/{{total:.{decimals}f}}"
-            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True,
+            # A terminal that reports no size (a serial console, a bare pty) would get an empty bar.
+            sized = _columns(self.stream) > 0
+            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=sized,
+                             ncols=None if sized else UNSIZED_COLUMNS,
                              bar_format="{desc}: {percentage:3.0f}%|{bar}| " + number +
                                         " {unit} [{elapsed}<{remaining}, {rate_fmt}]{postfix}")
 
@@ -74,6 +79,13 @@ class Progress:
         if not self._recent:
             self._recent.append((self._position, now))
         print(self.line(now), file=self.stream, flush=True)
+
+
+def _columns(stream) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
 
 
 def _isatty(stream) -> bool:

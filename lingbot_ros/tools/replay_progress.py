@@ -19,5 +19,7 @@ class PlaybackProgress:
             self._display.update((timestamp_ns - self.t0_ns) / 1e9, f"{self.messages} messages")
 
     def close(self) -> None:
+        """The pass played to its end: the display ends at the full range."""
         if self._display is not None:
+            self._display.update(self._display.total, f"{self.messages} messages")
             self._display.close()
