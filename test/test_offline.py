@@ -102,7 +102,7 @@ def test_offline_loop_jpg(tmp_path, capsys, shared_dir, fixture_dir):
     out = run_offline(tmp_path, fixture_dir, shared_dir / "data" / "loop_jpg", "--rate-hz", "5")
     check_outputs(out, 0.2 * np.arange(12))
     captured = capsys.readouterr()
-    assert "frame 12/12" in captured.err
+    assert "lingbot-ros-offline: 12/12 frame (100%)" in captured.err
     assert "frames: 12 (12 keyframes)" in captured.out and "map.ply" in captured.out
 
 
