@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +61,7 @@ def frame_times(frame_ms: np.ndarray, window: np.ndarray, path: Path, title: str
     axes.set_yscale("log")
     axes.set_xlabel("frame")
     axes.set_ylabel("frame time (ms)")
-    axes.set_title(title or f"frame time over {len(frame_ms):,} frames")
+    axes.set_title(textwrap.fill(title or f"frame time over {len(frame_ms):,} frames", 110), fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(loc="lower right")
     figure.tight_layout()
@@ -80,7 +81,7 @@ def latency_histogram(latencies_ms: dict[str, list[float]], path: Path, title: s
         axes.legend()
     axes.set_xlabel("end-to-end latency, publish to ~/pose (ms)")
     axes.set_ylabel("frames")
-    axes.set_title(title or "node latency")
+    axes.set_title(textwrap.fill(title or "node latency", 90), fontsize=9)
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
     return _save(figure, path)
