@@ -2,7 +2,7 @@
 probe node in an isolated DDS domain reads the node's parameters, lifecycle state and
 subscriptions from the ROS graph.
 
-The launch packages are test-only (../shared/vendor; scripts/test_deps.sh installs them). The
+The launch packages come from ../shared/vendor (scripts/install_ros2cli.sh, run by setup.sh). The
 files under test are this checkout's: an overlay prefix links launch/, config/, rviz/ and the
 map_node executable, and PYTHONPATH points at the sources. The node loads the tiny fixture
 checkpoint on CPU. No fixed sleeps: every wait polls with a deadline of at least 30 s.
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("launch_ros", reason="launch_ros not installed: scripts/test_deps.sh installs "
+pytest.importorskip("launch_ros", reason="launch_ros not installed: scripts/install_ros2cli.sh installs "
                                          "it from ../shared/vendor")
 import launch  # noqa: E402
 
 if not hasattr(launch, "LaunchService"):   # the repo's launch/ folder seen as a namespace package
-    pytest.skip("the ROS launch package is not installed: scripts/test_deps.sh installs it from "
+    pytest.skip("the ROS launch package is not installed: scripts/install_ros2cli.sh installs it from "
                 "../shared/vendor", allow_module_level=True)
 import rclpy  # noqa: E402
 import rclpy.parameter  # noqa: E402
