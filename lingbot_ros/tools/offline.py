@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                "source); map.ply (binary PLY, float xyz + uchar rgb, keyframes' points with confidence "
                ">= --min-confidence, one per voxel); frames.csv (per frame: index, stamp, keyframe flag, "
                "intrinsics fx fy cx cy at the model input size, depth file); depth/NNNNNN.png or .npy "
-               "(depth at the model input size, see --depth-format). Units are the model's: metres up "
-               "to an unknown scale.")
+               "(depth at the model input size, see --depth-format); preview.png (the map seen from above, "
+               "coloured by height, with the trajectory). Units are the model's: metres up to an unknown "
+               "scale.")
     parser.add_argument("--input", required=True,
                         help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
                              "camera index or 'synthetic[:WxH[:N]]'")
