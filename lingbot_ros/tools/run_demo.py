@@ -5,8 +5,8 @@
 
 Starts map_node (lifecycle: configure, activate) with process_all_frames, publishes exactly
 --frames images of a camera source into its ~/image at --rate (reliable, so none is lost; a
-folder shorter than that starts again), prints one status line (frames, FPS, cache pages) while
-it runs, saves the map (out/map.ply), trajectory (out/trajectory.tum) and preview through the
+folder shorter than that starts again), shows its progress (frames, rate, time left, the node's
+state and cache pages) while it runs, saves the map (out/map.ply), trajectory (out/trajectory.tum) and preview through the
 ~/save_map service once every frame is accounted for, and prints a summary. Everything goes over
 ROS topics and services, as with separate processes.
 
@@ -21,6 +21,7 @@ import threading
 import time
 
 from lingbot_ros.tools import shared_data
+from lingbot_ros.tools.progress import Progress
 
 DEFAULT_IMAGES = "data/courthouse_jpg"
 
@@ -134,26 +135,24 @@ def main(argv=None) -> int:
             return 1
         camera = _camera_thread(client_node, source, args.frames, args.rate, stop)
         start = time.monotonic()
+        display = Progress(args.frames, "lingbot-ros-demo", "frame", stream=sys.stdout)
         while time.monotonic() - start < args.timeout:
             status = node.status_message()
-            elapsed = time.monotonic() - start
-            print(f"\r[{elapsed:6.1f} s] {status.state_text[:22]:<22} frames {status.frames_processed:4d}/"
-                  f"{args.frames} ({status.frames_processed / max(elapsed, 1e-6):5.2f} FPS)  received "
-                  f"{status.frames_received:4d}  dropped {status.frames_dropped:4d}  cache pages "
-                  f"{status.cache_pages:4d}", end="", flush=True)
             accounted = (status.frames_processed + status.frames_rejected + status.frames_failed
                          + status.frames_dropped)
+            display.update(accounted, f"{status.state_text[:22]}, received {status.frames_received}, "
+                                      f"dropped {status.frames_dropped}, cache pages {status.cache_pages}")
             if accounted >= args.frames:
                 break
             time.sleep(0.25)
         else:
             print(f"\nlingbot-ros-demo: timed out after {args.timeout:.0f} s", file=sys.stderr)
             code = 1
+        display.close()
         stop.set()
         camera.join(5)
         # Inactive: no frame is taken after this, so the summary and the saved files agree.
         node.trigger_deactivate()
-        print()
         code = _save_and_summarise(client_node, node, args, SaveMap, time.monotonic() - start,
                                     source.description) or code
     except KeyboardInterrupt:
