@@ -12,7 +12,8 @@ architecture (speed and memory only), a synthetic smooth image sequence cycled.
         --window-size 10 --overlap-size 4 --num-scale-frames 3 --scale-frames 3 --sliding-window 4  # smoke
 
 Frame time = ``Mapper.process`` wall time (it waits for the device before placing the outputs).
-Writes per-frame times (.npy) and a summary (.json) to --out, and prints the summary table. A
+Writes per-frame times (.npy), a summary (.json) and a plot of the frame times with the window
+switches marked (frame_times.png, bench/plots.py) to --out, and prints the summary table. A
 "switch" frame is one that started a window: its time includes the re-run of the overlap.
 """
 from __future__ import annotations
@@ -128,6 +129,12 @@ def main(argv=None) -> int:
     np.save(args.out / "window.npy", windows)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
+    try:
+        import plots
+    except ImportError as error:   # matplotlib is the bench extra, not everywhere (a GPU host's bundle)
+        print(f"no plot ({error}): pip install '.[bench]', then python bench/plots.py long-run {args.out}")
+    else:
+        print(plots.frame_times(times, windows, args.out / "frame_times.png", plots.long_run_title(summary)))
     return 0
 
 

@@ -33,6 +33,7 @@ from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
 from .long_run import make_long_run_policy
 from .points import to_numpy
+from .preview import write_preview
 from .robot import RobotFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
@@ -55,7 +56,7 @@ class SavedMap:
     @property
     def message(self) -> str:
         return (f"wrote {self.num_points} points to {self.ply_path} and {self.num_poses} poses to "
-                f"{self.tum_path}")
+                f"{self.tum_path} (a top-down picture beside them: preview.png)")
 
 
 class Mapper:
@@ -274,7 +275,10 @@ class Mapper:
         ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
         write_ply(ply, xyz, rgb)
-        write_tum(tum, self.saved_trajectory())
+        trajectory = self.saved_trajectory()
+        write_tum(tum, trajectory)
+        write_preview(directory / "preview.png", xyz, trajectory.c2w()[:, :3, 3],
+                      units="m" if self.robot.scale.known else "model units")
         if self.windows is not None:
             write_windows(directory / "windows.csv", self.windows.records)
         self._publish_snapshot()

@@ -115,7 +115,8 @@ class PathCache:
 
     def __init__(self, trajectory, frames, frame_id: str, max_length: int):
         self.trajectory, self.frames, self.frame_id, self.max_length = trajectory, frames, frame_id, max_length
-        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only)
+        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only), for
+        # every pose the trajectory holds
         self._stamps: collections.OrderedDict[int, object] = collections.OrderedDict()
         # frame index -> (the trajectory entry and scale it was built from, the message). Entries
         # are immutable and replaced whole, so identity says "unchanged" without comparing poses.
@@ -123,18 +124,31 @@ class PathCache:
 
     def add(self, output: MapperOutput) -> None:
         self._stamps[output.index] = output.frame.source
-        while len(self._stamps) > self.max_length:
+        # As many as the trajectory holds (~/get_trajectory returns them all), oldest out first.
+        while len(self._stamps) > max(self.max_length, len(self.trajectory)):
             self._stamps.popitem(last=False)
 
     def message(self, stamp) -> Path:
         poses, scale, built = [], self.frames.scale.scale, {}
         for entry in self.trajectory.newest(self.max_length):
-            cached = self._messages.get(entry.key)
-            if cached is None or cached[0] is not entry or cached[1] != scale:
-                source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
-                cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source,
-                                                              self.frame_id))
+            cached = self._built(entry, scale)
             built[entry.key] = cached
             poses.append(cached[2])
         self._messages = built
         return Path(header=messages.make_header(stamp, self.frame_id), poses=poses)
+
+    def whole(self, stamp, start: int = 0, count: int = 0) -> tuple[Path, int]:
+        """Poses ``start`` .. ``start + count`` (count 0: to the end) of the whole trajectory,
+        oldest first, and how many it holds (~/get_trajectory). Leaves ~/path's cache as it is."""
+        entries = list(self.trajectory)
+        chosen = entries[start:start + count] if count else entries[start:]
+        scale = self.frames.scale.scale
+        poses = [self._built(entry, scale)[2] for entry in chosen]
+        return Path(header=messages.make_header(stamp, self.frame_id), poses=poses), len(entries)
+
+    def _built(self, entry, scale) -> tuple[object, float, PoseStamped]:
+        cached = self._messages.get(entry.key)
+        if cached is None or cached[0] is not entry or cached[1] != scale:
+            source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
+            cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source, self.frame_id))
+        return cached
