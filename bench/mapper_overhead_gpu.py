@@ -12,6 +12,9 @@ it costs:
     no_map_insert   keyframe points selected and copied to the host, not inserted (no builder work)
     no_points       no keyframe point selection at all
     switch_0.2ms    deployed, with Python's thread switch interval at 0.2 ms instead of 5 ms
+    previous        the code before issue 20's changes, for a side-by-side: poses warped on the
+                    device, points selected on the device, map inserts handed over at once
+                    (reproduced here, ``previous_*`` below)
 
 For ``deployed`` the host time of each part is timed too, a cProfile of the frames is written
 (top functions by cumulative time), and a torch profiler table of a few frames.
@@ -40,12 +43,35 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
 from bench.long_run_gpu import synthetic_images  # noqa: E402
-from lingbot_ros.mapping import factory, records  # noqa: E402
+from lingbot_ros.mapping import factory, live_windows, records  # noqa: E402
+from lingbot_ros.mapping.points import image_to_rgb_uint8  # noqa: E402
+from lingbot_ros.mapping.similarity import warp_pose_enc  # noqa: E402
+from lingbot_ros.model.geometry import depth_to_world_points, pose_to_extrinsic  # noqa: E402
 from lingbot_ros.mapping.mapper import Mapper  # noqa: E402
 from lingbot_ros.mapping.records import InputFrame  # noqa: E402
 from lingbot_ros.mapping.settings import MapperSettings, parse_image_size  # noqa: E402
 
-VARIANTS = ("deployed", "no_map_insert", "no_points", "switch_0.2ms")
+VARIANTS = ("deployed", "previous", "no_map_insert", "no_points", "switch_0.2ms")
+
+
+def previous_warp_frame(result, sim):
+    """similarity.warp_frame before issue 20: every pose op on the frame's device."""
+    pose_enc = warp_pose_enc(result.pose_enc, sim)
+    extrinsic = pose_to_extrinsic(pose_enc)
+    depth = result.depth * sim.scale
+    world_points = depth_to_world_points(depth[None], extrinsic[None], result.intrinsic[None])[0]
+    return dataclasses.replace(result, pose_enc=pose_enc, pose_enc_list=warp_pose_enc(result.pose_enc_list, sim),
+                               extrinsic=extrinsic, depth=depth, world_points=world_points)
+
+
+def previous_internal_points(output, min_confidence, stride):
+    """MapperOutput.internal_points before issue 20: the selection on the device (boolean indexing)."""
+    result = output.result
+    colours = image_to_rgb_uint8(result.image)[::stride, ::stride].reshape(-1, 3)
+    points = result.world_points[::stride, ::stride].reshape(-1, 3)
+    keep = torch.isfinite(points).all(dim=-1) & (result.depth_conf[::stride, ::stride].reshape(-1) >= min_confidence)
+    xyz, rgb = points[keep].cpu().numpy().astype(np.float32), colours[keep].cpu().numpy().astype(np.uint8)
+    return output.placement.points(xyz), rgb
 
 
 class Sections:
@@ -145,7 +171,7 @@ def main(argv=None) -> int:
     print(f"warm-up {first.warm_up():.1f} s", flush=True)
     first.close()
     results, table = {}, {}
-    internal_points = records.MapperOutput.internal_points
+    internal_points, warp_frame = records.MapperOutput.internal_points, live_windows.warp_frame
     for name in args.variants:
         bundle.session.reset()
         bundle.session.step = step
@@ -156,6 +182,11 @@ def main(argv=None) -> int:
         if name == "no_points":
             records.MapperOutput.internal_points = lambda self, c, s: (np.zeros((0, 3), np.float32),
                                                                        np.zeros((0, 3), np.uint8))
+        if name == "previous":
+            live_windows.warp_frame = previous_warp_frame
+            records.MapperOutput.internal_points = previous_internal_points
+            builder, stage = mapper._map, mapper._map.insert
+            builder.insert = lambda xyz, rgb: (stage(xyz, rgb), builder.release())
         if name == "switch_0.2ms":
             sys.setswitchinterval(0.0002)
         if name == "deployed":
@@ -169,7 +200,7 @@ def main(argv=None) -> int:
             if profiler is not None:     # a second pass under cProfile (it slows the frames)
                 stream(mapper, images, min(args.frames, 200), 0, None, profiler)
         finally:
-            records.MapperOutput.internal_points = internal_points
+            records.MapperOutput.internal_points, live_windows.warp_frame = internal_points, warp_frame
             sys.setswitchinterval(0.005)
             mapper.close()
         if sections is not None:
