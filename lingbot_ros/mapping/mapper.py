@@ -307,6 +307,7 @@ class Mapper:
                     else:
                         session.rollback_last_frame()
                         kept = False
+            self._map.release()   # the map thread works while this one waits (map_builder.py)
             if pending.image.is_cuda:
                 # The step only queues GPU work; the model time ends when the outputs are ready
                 # (they are copied to the host next anyway).
