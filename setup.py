@@ -45,12 +45,14 @@ setup(
     ],
     python_requires=">=3.10",
     # torch is deliberately not pinned: users bring the build that matches their CUDA.
-    install_requires=["numpy", "pillow", "opencv-python-headless", "simplejpeg", "rosbags",
+    install_requires=["numpy", "pillow", "opencv-python-headless", "simplejpeg", "rosbags", "tqdm",
                       "torch>=2.4"],
     extras_require={
         "ros": ros_kilted,
         "ros-jazzy": ros_jazzy,
         "gpu": ["flashinfer-python==0.7.4"],
+        # the benchmarks' plots (bench/)
+        "bench": ["matplotlib==3.11.2"],
         "test": ["pytest", "pytest-timeout", "hypothesis"],
     },
     zip_safe=True,

@@ -74,6 +74,9 @@ def parse_args(argv=None):
     parser.add_argument("--startup-timeout", type=float, default=None,
                         help="seconds to wait for the node to come up (default 60 on CPU, 600 "
                              "otherwise: model build, warm-up and a cold FlashInfer JIT)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write latency.json (the table and every frame's latency) and latency.png "
+                             "(a histogram per rate, bench/plots.py) to this folder")
     parser.add_argument("--node-log", type=Path, default=None,
                         help="write the node's output to this file (default: discarded)")
     parser.add_argument("--fixture", type=Path, default=FIXTURE,
@@ -221,7 +224,8 @@ def run_rate(probe: Probe, rate: float, seconds: float) -> dict:
             "dropped": after.frames_dropped - before.frames_dropped,
             "latency_ms": 1e3 * float(np.median(latency)) if latency else float("nan"),
             "model_ms": float(np.median(model)) if model else float("nan"),
-            "overhead_ms": 1e3 * float(np.median(overhead)) if overhead else float("nan")}
+            "overhead_ms": 1e3 * float(np.median(overhead)) if overhead else float("nan"),
+            "latencies_ms": [1e3 * float(x) for x in latency]}
 
 
 def describe(args) -> str:
@@ -281,7 +285,28 @@ def main() -> int:
     sustained = [r["rate"] for r in rows if r["dropped"] == 0 and r["processed"] == r["sent"]]
     print(f"\nhighest rate with every frame processed and none dropped: "
           f"{max(sustained) if sustained else 'none of those tried'} Hz")
+    if args.out is not None:
+        write_results(args.out, describe(args), rows)
     return 0
+
+
+def write_results(folder: Path, title: str, rows: list[dict]) -> None:
+    """latency.json, and its histogram beside it where matplotlib (the bench extra) is installed."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    result = {"title": title, "command": " ".join(sys.argv),
+              "rows": [{k: v for k, v in r.items() if k != "latencies_ms"} for r in rows],
+              "latencies_ms": {f"{r['rate']:g} Hz": r["latencies_ms"] for r in rows}}
+    path = folder / "latency.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(path)
+    try:
+        import plots
+    except ImportError as error:
+        print(f"no plot ({error}): pip install '.[bench]', then python bench/plots.py latency {path}")
+        return
+    print(plots.latency_histogram(result["latencies_ms"], folder / "latency.png", title))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Start lingbot_ros map_node, and RViz with rviz:=true.
 
   ros2 launch lingbot_ros map.launch.py image:=/camera/image_raw compressed:=true \
-      checkpoint:=/path/lingbot-map-long.pt device:=cuda namespace:=robot1 use_sim_time:=true
+      checkpoint:=/path/lingbot-map-long.pt model_config:=lingbot-map device:=cuda namespace:=robot1 \
+      use_sim_time:=true
 
 Parameters come from params_file. An argument that sets a parameter overrides the file only when
 it is given (its default is empty): params_file:=my.yaml with the checkpoint in my.yaml runs that
@@ -26,6 +27,9 @@ ARGUMENTS = [
     ("params_file", os.path.join(SHARE, "config", "map.yaml"), "YAML file with map_node parameters"),
     ("checkpoint", NOT_GIVEN, "model checkpoint (.pt); not given: params_file's (empty there = tiny "
                               "random-weight model, not a map)"),
+    ("model_config", NOT_GIVEN, "the checkpoint's architecture: a preset (lingbot-map, tiny) or a JSON "
+                                "file; not given: params_file's (empty there = lingbot-map with a "
+                                "checkpoint, tiny without)"),
     ("device", NOT_GIVEN, "auto, cpu, cuda or cuda:N; not given: params_file's"),
     ("image", "/camera/image_raw", "image topic (empty: the node's ~/image); compressed:=true reads "
                                    "<image>/compressed, use_camera_info:=true the camera_info beside it"),
@@ -57,7 +61,7 @@ def parameter_overrides(arguments: dict) -> dict:
     """The node parameters set by the given launch arguments (name -> value as text); arguments
     left at NOT_GIVEN set nothing, so params_file's values stand."""
     given = {name: value for name, value in arguments.items() if value != NOT_GIVEN}
-    overrides = {name: given[name] for name in ("checkpoint", "device") if name in given}
+    overrides = {name: given[name] for name in ("checkpoint", "model_config", "device") if name in given}
     for name in ("use_camera_info", "use_sim_time", "autostart"):
         if name in given:
             overrides[name] = _boolean(name, given[name])

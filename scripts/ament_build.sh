@@ -1,4 +1,4 @@
-# Sourced by scripts/build_interfaces.sh and scripts/test_deps.sh: build an ament_cmake package
+# Sourced by scripts/build_interfaces.sh and scripts/install_ros2cli.sh: build an ament_cmake package
 # (msg/srv generation) into a venv prefix, as colcon does in a workspace. Needs $venv and $vpy.
 # Build folders go under $venv/build, so venvs of two distros never share a CMake cache.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (idempotent), install the test-only launch packages, then pytest.
+# The whole test suite: set up (idempotent; it installs ros2 and launch too), then pytest.
 # Extra arguments go to pytest. ROS_DISTRO=jazzy tests the Jazzy venv (scripts/distro.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

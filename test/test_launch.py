@@ -2,7 +2,7 @@
 probe node in an isolated DDS domain reads the node's parameters, lifecycle state and
 subscriptions from the ROS graph.
 
-The launch packages are test-only (../shared/vendor; scripts/test_deps.sh installs them). The
+The launch packages come from ../shared/vendor (scripts/install_ros2cli.sh, run by setup.sh). The
 files under test are this checkout's: an overlay prefix links launch/, config/, rviz/ and the
 map_node executable, and PYTHONPATH points at the sources. The node loads the tiny fixture
 checkpoint on CPU. No fixed sleeps: every wait polls with a deadline of at least 30 s.
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("launch_ros", reason="launch_ros not installed: scripts/test_deps.sh installs "
+pytest.importorskip("launch_ros", reason="launch_ros not installed: scripts/install_ros2cli.sh installs "
                                          "it from ../shared/vendor")
 import launch  # noqa: E402
 
 if not hasattr(launch, "LaunchService"):   # the repo's launch/ folder seen as a namespace package
-    pytest.skip("the ROS launch package is not installed: scripts/test_deps.sh installs it from "
+    pytest.skip("the ROS launch package is not installed: scripts/install_ros2cli.sh installs it from "
                 "../shared/vendor", allow_module_level=True)
 import rclpy  # noqa: E402
 import rclpy.parameter  # noqa: E402
@@ -227,9 +227,10 @@ def test_arguments_not_given_override_nothing(launch_file):
 
 def test_given_arguments_become_typed_parameters(launch_file):
     overrides = launch_file.parameter_overrides({
-        "checkpoint": "/w/x.pt", "device": "cuda:1", "compressed": "True", "use_camera_info": "false",
+        "checkpoint": "/w/x.pt", "model_config": "tiny", "device": "cuda:1", "compressed": "True", "use_camera_info": "false",
         "use_sim_time": "1", "autostart": "false", "image": "/cam/image_raw", "namespace": "r1"})
-    assert overrides == {"checkpoint": "/w/x.pt", "device": "cuda:1", "image_transport": "compressed",
+    assert overrides == {"checkpoint": "/w/x.pt", "model_config": "tiny", "device": "cuda:1",
+                         "image_transport": "compressed",
                          "use_camera_info": False, "use_sim_time": True, "autostart": False}
     assert launch_file.parameter_overrides({"compressed": "false"}) == {"image_transport": "raw"}
 
@@ -241,7 +242,7 @@ def test_a_bad_boolean_names_the_argument(launch_file):
 
 def test_the_declared_arguments(launch_file):
     names = [name for name, _, _ in launch_file.ARGUMENTS]
-    assert names == ["params_file", "checkpoint", "device", "image", "compressed", "use_camera_info",
+    assert names == ["params_file", "checkpoint", "model_config", "device", "image", "compressed", "use_camera_info",
                      "namespace", "use_sim_time", "autostart", "log_level", "rviz"]
     defaults = {name: default for name, default, _ in launch_file.ARGUMENTS}
     assert Path(defaults["params_file"]).resolve() == (REPO / "config" / "map.yaml").resolve()
@@ -268,13 +269,17 @@ def test_the_params_file_is_used_when_no_argument_overrides_it(run, tiny_params,
 def test_given_arguments_override_the_params_file(run, tiny_params, shared_dir, tmp_path):
     other = tmp_path / "other.pt"    # the same weights under another name: visibly not the file's
     other.symlink_to(shared_dir / "fixtures" / "tiny_default" / "ckpt.pt")
-    tiny_params.write_text(tiny_params.read_text().replace("device: cpu", "device: cuda:7"))
+    config = shared_dir / "fixtures" / "tiny_default" / "config.json"
+    # The file names the released architecture, which the tiny checkpoint does not fit: only the
+    # model_config argument makes configure succeed.
+    tiny_params.write_text(tiny_params.read_text().replace("device: cpu", "device: cuda:7").replace(
+        f"model_config: {config}", "model_config: lingbot-map"))
     run.start(f"params_file:={tiny_params}", f"checkpoint:={other}", "device:=cpu", "image:=/foo",
-              "compressed:=true", "use_sim_time:=true")
+              "compressed:=true", "use_sim_time:=true", f"model_config:={config}")
     run.wait_subscribed("map_node", "/", "/foo/compressed", "sensor_msgs/msg/CompressedImage")
-    assert run.parameters("/map_node", ["checkpoint", "device", "image_transport", "use_sim_time",
+    assert run.parameters("/map_node", ["checkpoint", "model_config", "device", "image_transport", "use_sim_time",
                                         "image_width"]) == {
-        "checkpoint": str(other), "device": "cpu", "image_transport": "compressed",
+        "checkpoint": str(other), "model_config": str(config), "device": "cpu", "image_transport": "compressed",
         "use_sim_time": True, "image_width": 112}
     # use_sim_time: the node listens to /clock.
     assert "/clock" in run.subscriptions("map_node", "/")

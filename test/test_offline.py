@@ -102,7 +102,7 @@ def test_offline_loop_jpg(tmp_path, capsys, shared_dir, fixture_dir):
     out = run_offline(tmp_path, fixture_dir, shared_dir / "data" / "loop_jpg", "--rate-hz", "5")
     check_outputs(out, 0.2 * np.arange(12))
     captured = capsys.readouterr()
-    assert "frame 12/12" in captured.err
+    assert "lingbot-ros-offline: 12/12 frame (100%)" in captured.err
     assert "frames: 12 (12 keyframes)" in captured.out and "map.ply" in captured.out
 
 
@@ -191,7 +191,7 @@ def test_progress_steady_rate_leaves_out_the_warm_up(monkeypatch, capsys):
     progress.finish()
     assert progress.elapsed_s == 12.0
     assert progress.steady_fps(3) == pytest.approx(1.0)
-    assert "frame 3/3  1.00 FPS" in capsys.readouterr().err   # the recent rate, not 3 / 12 s
+    assert "lingbot-ros-offline: 3/3 frame (100%)" in capsys.readouterr().err   # not a terminal: a line
 
 
 @pytest.mark.slow

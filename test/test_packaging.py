@@ -22,7 +22,7 @@ VIEWED_TOPICS = {"/map_node/pose", "/map_node/path", "/map_node/map", "/map_node
 # Python modules that are not ROS packages, by their rosdep keys.
 ROSDEP_KEYS = {"numpy": "python3-numpy", "PIL": "python3-pil", "cv2": "python3-opencv",
                "yaml": "python3-yaml", "torch": "python3-pytorch-pip", "rosbags": "python3-rosbags-pip",
-               "simplejpeg": "python3-simplejpeg-pip"}
+               "simplejpeg": "python3-simplejpeg-pip", "tqdm": "python3-tqdm"}
 # Declared but not imported by name: rclpy.lifecycle needs lifecycle_msgs, and generated
 # interfaces need rosidl_default_runtime.
 INDIRECT_DEPENDS = {"lifecycle_msgs", "rosidl_default_runtime"}
@@ -158,3 +158,22 @@ def test_foxglove_layout_has_pose_path_map_depth_and_status_panels():
     assert image["imageMode"]["imageTopic"] == "/map_node/depth/image"
     raw = next(config for name, config in panels.items() if name.startswith("RawMessages!"))
     assert raw["topicPath"] == "/map_node/status"
+
+
+def test_every_console_script_is_also_a_ros2_run_executable(monkeypatch):
+    """`ros2 run lingbot_ros NAME` (lib/lingbot_ros/NAME, colcon and venv alike) for every tool:
+    the wrapper calls the console script's own main."""
+    scripts = _setup_kwargs(monkeypatch)["entry_points"]["console_scripts"]
+    targets = {}
+    for line in scripts:
+        _, target = (part.strip() for part in line.split("="))
+        module, function = target.split(":")
+        targets[module] = function
+    wrapped = {}
+    for path in (REPO / "libexec").iterdir():
+        assert os.access(path, os.X_OK), path
+        tree = ast.parse(path.read_text())
+        imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert len(imports) == 1, path
+        wrapped[imports[0].module] = imports[0].names[0].name
+    assert wrapped == targets

@@ -15,11 +15,12 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from lingbot_ros.mapping import read_ply, read_tum  # noqa: E402
+from lingbot_ros.srv import GetTrajectory  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 
-def test_replay_newest_frame_wins(ros, tiny):  # noqa: F811
+def test_replay_newest_frame_wins(ros, tiny, tmp_path):  # noqa: F811
     fixture, bag = tiny
     # The replay spans 6 s of stamps in 1.5 s of wall time; a slow first step under CPU load can
     # make the node's next newest frame more than the default 5 s of stamps later, which resets
@@ -44,6 +45,21 @@ def test_replay_newest_frame_wins(ros, tiny):  # noqa: F811
     assert all(p.header.frame_id == "map" for p in ros.poses)
     assert len(ros.paths[-1].poses) == min(5, status.frames_processed)
     assert ros.paths[-1].poses[-1].header.stamp == ros.poses[-1].header.stamp
+
+    # ~/path holds the newest path_max_length (5) poses; ~/get_trajectory every one, the saved ones.
+    whole = ros.call(GetTrajectory, "/map_node/get_trajectory", GetTrajectory.Request())
+    saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "whole")))
+    assert whole.success and saved.success, (whole.message, saved.message)
+    assert whole.total_poses == len(whole.path.poses) == saved.num_poses == status.frames_processed
+    assert whole.path.header.frame_id == "map" and whole.path.poses[-5:] == ros.paths[-1].poses
+    tum = read_tum(saved.tum_path)
+    positions = [[p.pose.position.x, p.pose.position.y, p.pose.position.z] for p in whole.path.poses]
+    np.testing.assert_allclose(positions, tum.c2w()[:, :3, 3], atol=1e-5)
+    assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in whole.path.poses] == stamps
+    page = ros.call(GetTrajectory, "/map_node/get_trajectory", GetTrajectory.Request(start=1, max_poses=2))
+    assert page.total_poses == whole.total_poses and page.path.poses == whole.path.poses[1:3]
+    beyond = ros.call(GetTrajectory, "/map_node/get_trajectory", GetTrajectory.Request(start=10**6))
+    assert beyond.success and beyond.path.poses == [] and beyond.total_poses == whole.total_poses
     interrupt_and_check_exit(ros, node)
 
 

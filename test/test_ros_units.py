@@ -237,8 +237,12 @@ def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
 
     trajectory = Trajectory()
     conversion = RobotFrames(MapperSettings()).first_stream()[1].conversion
-    mapper = SimpleNamespace(path_poses=lambda count: [(e, conversion) for e in trajectory.newest(count)])
-    path = PathCache(mapper, "map", max_length=3)
+    class Mapper:   # the two verbs PathCache uses
+        snapshot = property(lambda self: SimpleNamespace(trajectory_poses=len(trajectory)))
+
+        def path_poses(self, count=None):
+            return [(e, conversion) for e in trajectory.newest(len(trajectory) if count is None else count)]
+    path = PathCache(Mapper(), "map", max_length=3)
     for index in range(4):
         pose = np.eye(4)
         pose[:3, 3] = (float(index), 0.0, 0.0)   # internal frame: map axes, model units

@@ -83,4 +83,4 @@ def test_test_deps_skips_with_a_message_without_the_shared_folder(tmp_path):
     done = _run(["bash", "scripts/test_deps.sh", str(tmp_path)], env={"LINGBOT_SHARED": str(tmp_path / "absent")})
     assert done.returncode == 0
     assert f"skipped: {tmp_path / 'absent' / 'vendor'} not found" in done.stdout
-    assert not (tmp_path / ".test_deps_hash").exists()
+    assert not (tmp_path / ".ros2cli_hash").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..model import LingBotMap, ModelConfig, build_model, load_checkpoint
+from ..model import CheckpointError, LingBotMap, ModelConfig, build_model, load_checkpoint
 from ..stream import Preprocessor, StreamingSession, StreamSettings
 from .settings import MapperSettings
 
@@ -74,6 +74,29 @@ def load_model(settings: MapperSettings, device: str) -> tuple[LingBotMap, str]:
 def new_session(model: LingBotMap, settings: MapperSettings) -> StreamingSession:
     """Another session over an already loaded model (benchmarks compare variants this way)."""
     return StreamingSession(model, stream_settings(settings))
+
+
+# Where the modules of torch.compile's kernel builds live: an error raised from one of them is a
+# build failure (no Triton, no C compiler), which fused_blocks false avoids.
+_COMPILE_MODULES = ("torch._dynamo", "torch._inductor", "triton")
+
+
+def failure_hint(error: BaseException, settings: MapperSettings) -> str:
+    """What to change for a failure to build or warm up the model, or "" when nothing known
+    applies (the node's, the offline tool's and the prebuild tool's messages end with it)."""
+    if isinstance(error, CheckpointError) and ("missing" in str(error) or "mismatch" in str(error)):
+        _, name = model_config(settings)
+        return (f" (the checkpoint does not fit the architecture '{name}': set model_config to the one it was "
+                f"trained with, a preset name or a JSON file; the launch argument model_config:=, "
+                f"lingbot-ros-offline --model-config)")
+    chain, seen = error, set()
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        if settings.fused_blocks and type(chain).__module__.startswith(_COMPILE_MODULES):
+            return (" (fused_blocks compiles kernels with torch.compile, which needs Triton and a C compiler "
+                    "on CUDA; fused_blocks:=false runs without it)")
+        chain = chain.__cause__ or chain.__context__
+    return ""
 
 
 def build(settings: MapperSettings) -> SessionBundle:

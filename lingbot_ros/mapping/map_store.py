@@ -82,6 +82,10 @@ class MapStore:
             return True
         return False
 
+    def release(self) -> None:
+        """Hand the staged inserts to the map thread (the caller is about to wait for the device)."""
+        self._live.release()
+
     def merge(self) -> None:
         if self._held is not None:
             self._live.insert(*self._held[1])

@@ -38,6 +38,7 @@ from .live_windows import LiveWindows, Pending
 from .map_store import MapStore
 from .long_run import make_long_run_policy
 from .points import to_numpy
+from .preview import write_preview
 from .robot import RobotFrames, StreamFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
@@ -57,7 +58,7 @@ class SavedMap:
     @property
     def message(self) -> str:
         return (f"wrote {self.num_points} points to {self.ply_path} and {self.num_poses} poses to "
-                f"{self.tum_path}")
+                f"{self.tum_path} (a top-down picture beside them: preview.png)")
 
 
 class Mapper:
@@ -255,11 +256,12 @@ class Mapper:
         """The robot base's poses in map (what save() writes), oldest first."""
         return self._store.trajectory(self._stream.frames.conversion)
 
-    def path_poses(self, count: int) -> list[tuple[StampedPose, object]]:
-        """The newest ``count`` poses for a path: (entry, conversion) with T_M_base =
-        conversion.base_pose(entry.c2w), or entry.c2w itself where conversion is None. Both are
-        immutable, so a caller may cache what it built from them by identity."""
-        return self._store.newest_poses(count, self._stream.frames.conversion)
+    def path_poses(self, count: int | None = None) -> list[tuple[StampedPose, object]]:
+        """The newest ``count`` poses (None: all), oldest first, as (entry, conversion) with
+        T_M_base = conversion.base_pose(entry.c2w), or entry.c2w itself where conversion is None.
+        Both are immutable, so a caller may cache what it built from them by identity."""
+        store = self._store
+        return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
 
     def window_records(self) -> list:
         """The windows of what is saved (ended streams still in the map, then the current one)."""
@@ -274,6 +276,8 @@ class Mapper:
         trajectory = self.saved_trajectory()
         write_ply(ply, xyz, rgb)
         write_tum(tum, trajectory)
+        write_preview(directory / "preview.png", xyz, trajectory.c2w()[:, :3, 3],
+                      units="m" if self._stream.frames.conversion.metric.known else "model units")
         if self._stream.windows is not None:
             write_windows(directory / "windows.csv", self.window_records())
         self._publish_snapshot()
@@ -322,6 +326,7 @@ class Mapper:
                     else:
                         session.rollback_last_frame()
                         kept = False
+            self._store.release()   # the map thread works while this one waits (map_builder.py)
             if pending.image.is_cuda:
                 # The step only queues GPU work; the model time ends when the outputs are ready
                 # (they are copied to the host next anyway).

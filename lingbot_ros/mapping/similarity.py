@@ -9,6 +9,7 @@ frame. Works on anything with ``pose_enc [9]``, ``depth [H, W]`` and ``is_keyfra
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -63,6 +64,11 @@ class Similarity:
     def apply(self, points: torch.Tensor) -> torch.Tensor:
         """points [..., 3] -> s R X + t [..., 3]."""
         return self.scale * (points @ self.rotation.T) + self.translation
+
+    @functools.cached_property
+    def on_host(self) -> Similarity:
+        """The same transform on the CPU (copied once: a window warps all its frames with it)."""
+        return Similarity(self.scale.cpu(), self.rotation.cpu(), self.translation.cpu())
 
     def _homogeneous(self, linear: torch.Tensor) -> torch.Tensor:
         out = torch.eye(4, dtype=linear.dtype, device=linear.device)
@@ -187,10 +193,20 @@ def warp_pose_enc(pose_enc: torch.Tensor, sim: Similarity) -> torch.Tensor:
 def warp_frame(result: FrameResult, sim: Similarity) -> FrameResult:
     """One frame moved by ``sim``: pose (and every camera iteration's pose) warped, depth times s,
     confidence and intrinsics unchanged, extrinsic and world points derived again (spec 12), so
-    world points equal s R X + t. Frame counters, keyframe flag and image pass through."""
-    pose_enc = warp_pose_enc(result.pose_enc, sim)
-    extrinsic = pose_to_extrinsic(pose_enc)
+    world points equal s R X + t. Frame counters, keyframe flag and image pass through.
+
+    The poses (1 + iterations rows of 9 numbers) are warped on the CPU: on a GPU their ~250 tiny
+    kernels cost ~6 ms of launches per frame (the H200's Mapper profile, bench/README.md), on
+    the CPU the same float32 ops take a fraction of that; one copy each way. Only the per-pixel
+    work stays on the frame's device."""
+    device = result.pose_enc.device
+    poses = torch.cat([result.pose_enc[None], result.pose_enc_list]).cpu()
+    warped = warp_pose_enc(poses, sim.on_host)
+    host = torch.cat([warped.flatten(), pose_to_extrinsic(warped[0]).flatten()]).to(device)
+    rows = warped.numel()
+    warped = host[:rows].view(warped.shape)
+    extrinsic = host[rows:].view(3, 4)
     depth = result.depth * sim.scale
     world_points = depth_to_world_points(depth[None], extrinsic[None], result.intrinsic[None])[0]
-    return dataclasses.replace(result, pose_enc=pose_enc, pose_enc_list=warp_pose_enc(result.pose_enc_list, sim),
+    return dataclasses.replace(result, pose_enc=warped[0], pose_enc_list=warped[1:],
                                extrinsic=extrinsic, depth=depth, world_points=world_points)

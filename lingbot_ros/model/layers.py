@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import types
 from contextvars import ContextVar
-from typing import Callable, Iterator, NamedTuple, Optional
+from typing import Callable, Hashable, Iterator, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..cache.partials import PartialAttention
+from .compiled import CompiledBySignature
 
 # attend(q, k, v) -> out, all [B, T, H, D], or its unmerged parts over disjoint key sets (a paged
 # cache's split attention); the default is dense attention within each sequence.
@@ -124,13 +126,39 @@ def block_kernels(kernels: BlockKernels) -> Iterator[None]:
         _block_kernels.reset(token)
 
 
+def _describe(value) -> Hashable:
+    """What Dynamo specialises a compiled half on, for one argument: a tensor's shape, dtype and
+    device, a block's structure (not its weights: blocks share code), RoPE's table shape and
+    pairing, split attention's part shapes."""
+    if isinstance(value, torch.Tensor):
+        return value.shape, value.dtype, value.device
+    if isinstance(value, Block):
+        return (type(value.attn.q_norm), value.norm1.eps, value.attn.num_heads,
+                value.attn.qkv.weight.dtype, value.attn.qkv.weight.device)
+    if isinstance(value, PartialAttention):
+        return PartialAttention, _describe(value.out), _describe(value.lse)
+    if value is None or isinstance(value, (types.FunctionType, int, float, bool, str)):
+        return value
+    # Any other object (a RoPE rotation: cos, sin and the pairing function) by its attributes.
+    return type(value), tuple((name, _describe(v)) for name, v in vars(value).items())
+
+
+def _halves_signature(block: Block, x: torch.Tensor, extra=None) -> Hashable:
+    device = x.device.type
+    return (_describe(block), _describe(x), _describe(extra), torch.is_grad_enabled(),
+            torch.is_inference_mode_enabled(), torch.is_autocast_enabled(device),
+            torch.get_autocast_dtype(device))
+
+
 @functools.cache
 def fused_halves() -> BlockKernels:
     """`Block.attention_inputs` and `Block.attention_output` compiled by torch.compile (Inductor):
     layer norms, q/k norms, RoPE, casts, LayerScale, residual adds and GELU become a few fused
     kernels around the matmuls instead of ~30 separate ones per block. Compiled lazily on first
-    call, once per shape and RoPE kind (not per block: blocks share code, their weights are
-    inputs); attention stays outside, so any attention function (a KV cache) can sit between."""
+    call, once per signature (shapes, dtypes, RoPE kind, block structure; not per block: blocks
+    share code, their weights are inputs), in a bounded cache that never fails
+    (`model/compiled.py`); attention stays outside, so any attention function (a KV cache) can
+    sit between."""
     def compile_(fn):
-        return torch.compile(fn, dynamic=False, fullgraph=True)
+        return CompiledBySignature(fn, _halves_signature, dynamic=False, fullgraph=True)
     return BlockKernels(compile_(Block.attention_inputs), compile_(Block.attention_output))

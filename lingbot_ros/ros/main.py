@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import textwrap
 import threading
 
 import rclpy
@@ -13,9 +14,41 @@ from rclpy.signals import SignalHandlerOptions
 
 from lingbot_ros.ros.node import MapNode
 
+USAGE = """usage: lingbot-ros-node [-h] [--ros-args -p NAME:=VALUE ... --params-file FILE -r FROM:=TO ...]
+
+map_node: LingBot-Map streaming 3D reconstruction on a camera topic (a lifecycle node). It
+configures and activates itself (autostart) and runs until SIGINT or SIGTERM. Parameters go after
+--ros-args, as for every ROS 2 node:
+
+  lingbot-ros-node --ros-args --params-file config/map.yaml -p checkpoint:=lingbot-map-long.pt \\
+      -p device:=cuda -r /map_node/image:=/camera/image_raw
+
+Parameters (name, default, meaning; config/map.yaml lists them too):
+"""
+
+
+def help_text(width: int = 100) -> str:
+    """Usage and every parameter with its default and description, from the parameter list."""
+    import json
+
+    from lingbot_ros.ros import params
+
+    lines = [USAGE]
+    for name, field in params.FIELDS.items():
+        default = field.default if isinstance(field.default, float) else json.dumps(field.default)
+        lines.append(f"  {name} (default {default})")
+        lines.extend(textwrap.wrap(params.descriptor(field).description, width, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 6))
+    return "\n".join(lines) + "\n"
+
 
 def main(args=None) -> int:
     """Run map_node until SIGINT or SIGTERM; exit 0 on either, in every lifecycle state."""
+    own = (sys.argv if args is None else args)[1:]
+    own = own[:own.index("--ros-args")] if "--ros-args" in own else own
+    if "-h" in own or "--help" in own:
+        print(help_text(), end="")
+        return 0
     stop = threading.Event()
     starting = [True]
 

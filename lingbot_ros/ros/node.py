@@ -114,8 +114,7 @@ class MapNode(LifecycleNode):
             self._start_timers()
             self.robot = RobotLink(self, self.cfg, self.mapper, self._image_group)
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
-            hint = (" (fused_blocks compiles kernels with torch.compile, which needs Triton and a C compiler "
-                    "on CUDA; fused_blocks:=false runs without it)" if settings.fused_blocks else "")
+            hint = factory.failure_hint(error, settings)
             self.configure_error = f"configure failed: {type(error).__name__}: {error}{hint}"
             self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.ERROR

@@ -115,7 +115,8 @@ class PathCache:
 
     def __init__(self, mapper, frame_id: str, max_length: int):
         self.mapper, self.frame_id, self.max_length = mapper, frame_id, max_length
-        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only)
+        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only), for
+        # every pose the trajectory holds
         self._stamps: collections.OrderedDict[int, object] = collections.OrderedDict()
         # frame index -> (the entry and conversion it was built from, the message). Both are
         # immutable and replaced whole, so identity says "unchanged" without comparing poses.
@@ -123,18 +124,31 @@ class PathCache:
 
     def add(self, output: MapperOutput) -> None:
         self._stamps[output.index] = output.frame.source
-        while len(self._stamps) > self.max_length:
+        # As many as the trajectory holds (~/get_trajectory returns them all), oldest out first.
+        while len(self._stamps) > max(self.max_length, self.mapper.snapshot.trajectory_poses):
             self._stamps.popitem(last=False)
 
     def message(self, stamp) -> Path:
         poses, built = [], {}
         for entry, conversion in self.mapper.path_poses(self.max_length):
-            cached = self._messages.get(entry.key)
-            if cached is None or cached[0] is not entry or cached[1] is not conversion:
-                source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
-                pose = entry.c2w if conversion is None else conversion.base_pose(entry.c2w)
-                cached = (entry, conversion, messages.pose_stamped(pose, source, self.frame_id))
+            cached = self._built(entry, conversion)
             built[entry.key] = cached
             poses.append(cached[2])
         self._messages = built
         return Path(header=messages.make_header(stamp, self.frame_id), poses=poses)
+
+    def whole(self, stamp, start: int = 0, count: int = 0) -> tuple[Path, int]:
+        """Poses ``start`` .. ``start + count`` (count 0: to the end) of the whole trajectory,
+        oldest first, and how many it holds (~/get_trajectory). Leaves ~/path's cache as it is."""
+        entries = self.mapper.path_poses()
+        chosen = entries[start:start + count] if count else entries[start:]
+        poses = [self._built(entry, conversion)[2] for entry, conversion in chosen]
+        return Path(header=messages.make_header(stamp, self.frame_id), poses=poses), len(entries)
+
+    def _built(self, entry, conversion) -> tuple[object, object, PoseStamped]:
+        cached = self._messages.get(entry.key)
+        if cached is None or cached[0] is not entry or cached[1] is not conversion:
+            source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
+            pose = entry.c2w if conversion is None else conversion.base_pose(entry.c2w)
+            cached = (entry, conversion, messages.pose_stamped(pose, source, self.frame_id))
+        return cached

@@ -7,7 +7,6 @@ trajectory and map the node's ~/save_map writes, plus per-frame depth maps and a
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import csv
 import sys
@@ -24,6 +23,7 @@ from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.mapping.voxel_map import VoxelRangeError
 from lingbot_ros.model import CheckpointError, ConfigError
+from lingbot_ros.tools import progress
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 
 DEPTH_PNG_MAX_M = 65.535  # uint16 millimetres
@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                "source); map.ply (binary PLY, float xyz + uchar rgb, keyframes' points with confidence "
                ">= --min-confidence, one per voxel); frames.csv (per frame: index, stamp, keyframe flag, "
                "intrinsics fx fy cx cy at the model input size, depth file); depth/NNNNNN.png or .npy "
-               "(depth at the model input size, see --depth-format). Units are the model's: metres up "
-               "to an unknown scale.")
+               "(depth at the model input size, see --depth-format); preview.png (the map seen from above, "
+               "coloured by height, with the trajectory). Units are the model's: metres up to an unknown "
+               "scale.")
     parser.add_argument("--input", required=True,
                         help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
                              "camera index or 'synthetic[:WxH[:N]]'")
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(args)
     except (OfflineError, SourceError, ConfigError, CheckpointError, SettingsError,
             VoxelRangeError) as err:
-        print(f"lingbot-ros-offline: error: {err}", file=sys.stderr)
+        hint = factory.failure_hint(err, settings_from_args(args)) if isinstance(err, CheckpointError) else ""
+        print(f"lingbot-ros-offline: error: {err}{hint}", file=sys.stderr)
         return 1
     print(summary)
     return 0
@@ -143,7 +145,8 @@ def run(args: argparse.Namespace) -> str:
             f"{skipped}\n"
             f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {bundle.device}{steady_text}\n"
             f"map: {saved.num_points} points (voxel {settings.map_voxel_size_m:g})\n"
-            f"outputs: {saved.tum_path}, {table}, {writer.depth_dir}/, {saved.ply_path}")
+            f"outputs: {saved.tum_path}, {table}, {writer.depth_dir}/, {saved.ply_path}, "
+            f"{Path(saved.ply_path).parent / 'preview.png'}")
 
 
 def report(notices) -> None:
@@ -192,40 +195,28 @@ class FrameWriter:
 
 
 class Progress:
-    """``frame i/N, FPS`` on stderr: one rewritten line on a terminal, every 10th frame else.
-
-    The line shows the rate over the last 10 frames: the first frames include one-off work
-    (the scale-frame batch, kernel JIT builds on a cold GPU) that would hide the steady rate.
-    """
-
-    WINDOW = 10
+    """The run's clock for the summary (all work up to the end, and the rate after the first
+    results) and its progress display (tools/progress.py: a bar with the time left on a
+    terminal, a line every few seconds otherwise)."""
 
     def __init__(self, total: int):
         self.total = total
         self.start = time.perf_counter()
         self.elapsed_s = 0.0
-        self.tty = sys.stderr.isatty()
-        self._recent: collections.deque = collections.deque(maxlen=self.WINDOW + 1)
         self.steady_from: tuple[int, float] | None = None   # (frames done, time) at the first result
+        self.display = progress.Progress(total, "lingbot-ros-offline", "frame")
 
     def update(self, done: int, have_results: bool) -> None:
         now = time.perf_counter()
         self.elapsed_s = now - self.start
-        self._recent.append((done, now))
         if have_results and self.steady_from is None:
             self.steady_from = (done, now)
-        if self.tty or done % 10 == 0 or done == self.total:
-            (d0, t0), (d1, t1) = self._recent[0], self._recent[-1]
-            rate = (d1 - d0) / (t1 - t0) if t1 > t0 else done / max(self.elapsed_s, 1e-9)
-            line = f"frame {done}/{self.total}  {rate:.2f} FPS"
-            print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
-                  file=sys.stderr, flush=True)
+        self.display.update(done)
 
     def finish(self) -> None:
-        """Stop the clock (the summary's FPS counts all work up to here) and end the line."""
+        """Stop the clock (the summary's FPS counts all work up to here) and end the display."""
         self.elapsed_s = time.perf_counter() - self.start
-        if self.tty:
-            print(file=sys.stderr)
+        self.display.close()
 
     def steady_fps(self, done: int) -> float | None:
         """Frames per second after the first results came out (None if too few frames)."""

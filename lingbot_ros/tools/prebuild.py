@@ -53,7 +53,8 @@ def main(argv=None) -> int:
         phase(f"warm-up at {settings.warmup_image_size} (FlashInfer JIT, torch.compile, graph capture)",
               mapper.warm_up)
     except Exception as error:   # any build failure: say which, with the hint the node gives
-        print(f"lingbot-ros-prebuild: error: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"lingbot-ros-prebuild: error: {type(error).__name__}: {error}{factory.failure_hint(error, settings)}",
+              file=sys.stderr)
         return 1
     captures = bundle.session.stats()["graph_captures"]
     print(f"[prebuild] done in {time.perf_counter() - total:.1f} s ({bundle.description}, "

@@ -2,7 +2,8 @@
 
   lingbot-ros-replay BAG [--rate 2] [--loop] [--start 5] [--duration 10] \
       [--remap /camera/image_raw/compressed:=/map_node/image/compressed] [--clock] \
-      [--qos-override /tf_static:=latched] [--hold 30] [--wait-for-node /map_node --max-lead 10]
+      [--qos-override /tf_static:=latched] [--hold 30] [--wait-for-node /map_node --max-lead 10] \
+      [--wait-for-subscribers 30 --subscriber /map_node]
 
 Messages are published as the bag's raw CDR bytes (no deserialisation), each at
 ``wall_start + (t - t_first) / rate``, t being the bag's receive time. With --clock, /clock
@@ -33,7 +34,9 @@ from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
+from lingbot_ros.tools.replay_progress import PlaybackProgress
 from lingbot_ros.tools.replay_qos import PRESETS, describe, parse_overrides, preset, recorded_profile
+from lingbot_ros.tools.replay_wait import wait_for_subscribers
 
 CLOCK_PERIOD_S = 0.01   # /clock is refreshed at 100 Hz while waiting for the next message
 ACK_TIMEOUT_S = 10.0    # at the end, how long reliable subscribers get to acknowledge
@@ -75,7 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=int, default=10,
                         help="history depth of the reliable and latched presets (default 10)")
     parser.add_argument("--wait-for-subscribers", type=float, default=0.0, metavar="S",
-                        help="wait up to S seconds until every topic (and /clock with --clock) has a subscriber")
+                        help="wait up to S seconds until every topic (and /clock with --clock) has a "
+                             "subscriber, or until each --subscriber is there")
+    parser.add_argument("--subscriber", action="append", default=[], metavar="NODE|TOPIC",
+                        help="with --wait-for-subscribers: wait for this node (e.g. /map_node: until it "
+                             "subscribes to a played topic) or topic (until it has a subscriber) "
+                             "instead of every topic (repeatable)")
     parser.add_argument("--hold", type=float, default=0.0, metavar="S",
                         help="keep the publishers alive S seconds after the last message, for "
                              "late subscribers of latched topics (inf: until Ctrl-C)")
@@ -88,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --wait-for-node: give up when NODE has no status or reads no "
                              "image topic after S seconds, or is silent S seconds while the player "
                              "waits for it (default 60)")
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress output (default: a progress bar on a terminal, a line "
+                             "every few seconds otherwise)")
     return parser
 
 
@@ -104,6 +114,8 @@ def _check_args(args) -> str | None:
         return "--max-lead must be >= 1 (the node must be allowed one image in flight)"
     if args.node_timeout <= 0:
         return "--node-timeout must be > 0"
+    if args.subscriber and args.wait_for_subscribers <= 0:
+        return "--subscriber needs --wait-for-subscribers S (how long to wait for it)"
     return None
 
 
@@ -166,15 +178,21 @@ def main(argv=None) -> int:
                 paced_ids = frozenset(i for i, topic in images.items() if topic in paced)
             # /clock counts too: a use_sim_time node that misses the first clock ticks stalls.
             waited = list(publishers.values()) + ([clock_pub] if clock_pub else [])
-            if args.wait_for_subscribers > 0 and not _wait_for_subscribers(waited, args.wait_for_subscribers):
-                print(f"lingbot-ros-replay: warning: no subscriber on every topic after "
-                      f"{args.wait_for_subscribers:g} s; publishing anyway", file=sys.stderr, flush=True)
+            if args.wait_for_subscribers > 0:
+                missing = wait_for_subscribers(node, {p.topic_name: p for p in waited}, args.subscriber,
+                                               args.wait_for_subscribers)
+                if missing:
+                    what = "not every --subscriber is there" if args.subscriber else "no subscriber on every topic"
+                    print(f"lingbot-ros-replay: warning: {what} after {args.wait_for_subscribers:g} s "
+                          f"({', '.join(missing)}); publishing anyway", file=sys.stderr, flush=True)
             t0 = reader.start_time + int(args.start * 1e9)
             t_end = t0 + int(args.duration * 1e9) if args.duration is not None else None
             count = 0
             while True:
+                progress = PlaybackProgress(t0, min(t_end or reader.end_time, reader.end_time), enabled=not args.quiet)
                 played = _play_once(reader, connections, publishers, clock_pub, t0, t_end, args,
-                                    pacer, paced_ids)
+                                    pacer, paced_ids, progress)
+                progress.close()
                 count += played
                 if played == 0:
                     # Also ends --loop: an empty range would otherwise spin forever.
@@ -243,16 +261,6 @@ def _choose_qos(connection, overrides, args):
     return qos, source
 
 
-def _wait_for_subscribers(publishers, timeout_s: float) -> bool:
-    """True once every publisher has a subscriber, False if ``timeout_s`` passed first."""
-    deadline = time.monotonic() + timeout_s
-    while not all(p.get_subscription_count() for p in publishers):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _hold(hold_s: float, quiet: bool) -> None:
     """Keep the publishers (and what latched topics hold) alive; Ctrl-C ends it early."""
     if hold_s <= 0:
@@ -271,7 +279,7 @@ def _publish_clock(clock_pub, bag_ns: int) -> None:
     clock_pub.publish(msg)
 
 
-def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args, pacer, paced_ids) -> int:
+def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args, pacer, paced_ids, progress) -> int:
     wall0 = time.monotonic()
     count = 0
     for connection, timestamp, rawdata in reader.messages(connections=connections, start=t0,
@@ -295,6 +303,7 @@ def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args, pace
         publishers[connection.id].publish(bytes(rawdata))
         if paced:
             pacer.image_published()
+        progress.published(timestamp)
         count += 1
     return count
 

@@ -3,11 +3,15 @@
   lingbot-ros-demo                      # tiny random model, courthouse images (or synthetic)
   lingbot-ros-demo --checkpoint lingbot-map-long.pt --device cuda --frames 300
 
-Starts map_node (lifecycle: configure, activate), publishes a camera source into its ~/image at
---rate, prints one status line (frames, FPS, drops, cache pages) while it runs, stops after
---frames processed frames, saves the map (out/map.ply) and trajectory (out/trajectory.tum) through
-the ~/save_map service, and prints a summary. Everything goes over ROS topics and services, as
-with separate processes.
+Starts map_node (lifecycle: configure, activate) with process_all_frames, publishes exactly
+--frames images of a camera source into its ~/image at --rate (reliable, so none is lost; a
+folder shorter than that starts again), shows its progress (frames, rate, time left, the node's
+state and cache pages) while it runs, saves the map (out/map.ply), trajectory (out/trajectory.tum) and preview through the
+~/save_map service once every frame is accounted for, and prints a summary. Everything goes over
+ROS topics and services, as with separate processes.
+
+The default source is data/courthouse_jpg of the project's shared folder: $LINGBOT_SHARED, else
+../shared beside the checkout the package was installed from (tools/shared_data.py).
 """
 from __future__ import annotations
 
@@ -15,45 +19,66 @@ import argparse
 import sys
 import threading
 import time
-from pathlib import Path
 
-DEFAULT_IMAGES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "courthouse_jpg"
+from lingbot_ros.tools import shared_data
+from lingbot_ros.tools.progress import Progress
+
+DEFAULT_IMAGES = "data/courthouse_jpg"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lingbot-ros-demo", description=__doc__.split("\n")[0])
     parser.add_argument("--source", default=None,
-                        help=f"image folder, video, camera index or synthetic (default: "
-                             f"{DEFAULT_IMAGES} if present, else synthetic)")
+                        help=f"image folder, video, camera index or synthetic (default: {DEFAULT_IMAGES} "
+                             f"of the shared folder: ${shared_data.ENV}, else ../shared beside the checkout "
+                             f"this was installed from; synthetic if there is none)")
     parser.add_argument("--checkpoint", default="", help="model checkpoint; default: tiny random model")
     parser.add_argument("--model-config", default="", help="preset name or JSON (model_config)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda")
     parser.add_argument("--image-width", type=int, default=None,
                         help="model input width (default 518 with a checkpoint, 252 without)")
-    parser.add_argument("--frames", type=int, default=60, help="stop after N processed frames")
+    parser.add_argument("--frames", type=int, default=60, help="publish and process exactly N frames")
     parser.add_argument("--rate", type=float, default=10.0, help="camera frames per second")
     parser.add_argument("--out", default="out", help="directory for map.ply and trajectory.tum")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after S seconds")
     return parser
 
 
-def _camera_thread(node, source, rate: float, stop: threading.Event) -> threading.Thread:
-    from rclpy.qos import qos_profile_sensor_data
+def choose_source(spec: str | None) -> tuple[str, str]:
+    """(source spec, where it came from) for --source, or the default images."""
+    if spec:
+        return spec, "--source"
+    found = shared_data.find(DEFAULT_IMAGES)
+    if found is None:
+        tried = ", ".join(str(path) for path, _ in shared_data.candidates())
+        return "synthetic:640x480", f"no {DEFAULT_IMAGES} in {tried}"
+    return str(found[0]), found[1]
+
+
+def _camera_thread(node, source, count: int, rate: float, stop: threading.Event) -> threading.Thread:
+    """Publishes exactly ``count`` frames (the source again from its start while it is short),
+    reliable keep-all as process_all_frames subscribes, once the node's subscription matched."""
     from sensor_msgs.msg import Image
 
     from lingbot_ros.io.image_codec import fill_image
+    from lingbot_ros.ros.qos import KEEP_ALL_RELIABLE
 
-    publisher = node.create_publisher(Image, "/map_node/image", qos_profile_sensor_data)
+    publisher = node.create_publisher(Image, "/map_node/image", KEEP_ALL_RELIABLE)
 
     def run():
-        while not stop.is_set():
+        while not publisher.get_subscription_count():   # a volatile reader misses what came before
+            if stop.wait(0.02):
+                return
+        sent = 0
+        while sent < count and not stop.is_set():
             for frame in source:
-                if stop.is_set():
+                if sent == count or stop.is_set():
                     return
                 msg = Image()
                 msg.header.stamp = node.get_clock().now().to_msg()
                 msg.header.frame_id = "camera_optical_frame"
                 publisher.publish(fill_image(msg, frame.rgb, "rgb8"))
+                sent += 1
                 stop.wait(1.0 / rate)
 
     thread = threading.Thread(target=run, name="demo_camera", daemon=True)
@@ -65,7 +90,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from lingbot_ros.io.sources import SourceError, open_source
 
-    spec = args.source or (str(DEFAULT_IMAGES) if DEFAULT_IMAGES.is_dir() else "synthetic:640x480")
+    if args.frames < 1:
+        print("lingbot-ros-demo: --frames must be >= 1", file=sys.stderr)
+        return 2
+    spec, found_by = choose_source(args.source)
     try:
         source = open_source(spec, rate_hz=args.rate)
     except (SourceError, ValueError) as error:
@@ -88,6 +116,7 @@ def main(argv=None) -> int:
         Parameter("device", value=args.device),
         Parameter("image_width", value=width),
         Parameter("save_directory", value=args.out),
+        Parameter("process_all_frames", value=True),
     ])
     client_node = rclpy.create_node("lingbot_demo")
     executor = MultiThreadedExecutor(num_threads=4)
@@ -98,33 +127,35 @@ def main(argv=None) -> int:
     stop = threading.Event()
     code = 0
     try:
-        print(f"lingbot-ros-demo: source {spec}, model {args.checkpoint or 'tiny RANDOM weights'}, "
-              f"{args.frames} frames", flush=True)
+        print(f"lingbot-ros-demo: source {source.description} ({found_by}), model "
+              f"{args.checkpoint or 'tiny RANDOM weights'}, {args.frames} frames", flush=True)
         if node.trigger_configure() != TransitionCallbackReturn.SUCCESS or \
                 node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
             print("lingbot-ros-demo: the node did not start (see the log above)", file=sys.stderr)
             return 1
-        camera = _camera_thread(client_node, source, args.rate, stop)
+        camera = _camera_thread(client_node, source, args.frames, args.rate, stop)
         start = time.monotonic()
+        display = Progress(args.frames, "lingbot-ros-demo", "frame", stream=sys.stdout)
         while time.monotonic() - start < args.timeout:
             status = node.status_message()
-            elapsed = time.monotonic() - start
-            print(f"\r[{elapsed:6.1f} s] {status.state_text[:22]:<22} frames {status.frames_processed:4d}/"
-                  f"{args.frames} ({status.frames_processed / max(elapsed, 1e-6):5.2f} FPS)  received "
-                  f"{status.frames_received:4d}  dropped {status.frames_dropped:4d}  cache pages "
-                  f"{status.cache_pages:4d}", end="", flush=True)
-            if status.frames_processed >= args.frames:
+            # Frames buffered for phase 1 are held, not processed: a save holds the processed ones.
+            accounted = (status.frames_processed + status.frames_rejected + status.frames_failed
+                         + status.frames_dropped + status.init_frames)
+            display.update(accounted, f"{status.state_text[:22]}, received {status.frames_received}, "
+                                      f"dropped {status.frames_dropped}, cache pages {status.cache_pages}")
+            if accounted >= args.frames:
                 break
             time.sleep(0.25)
         else:
             print(f"\nlingbot-ros-demo: timed out after {args.timeout:.0f} s", file=sys.stderr)
             code = 1
+        display.close()
         stop.set()
         camera.join(5)
         # Inactive: no frame is taken after this, so the summary and the saved files agree.
         node.trigger_deactivate()
-        print()
-        code = _save_and_summarise(client_node, node, args, SaveMap, time.monotonic() - start) or code
+        code = _save_and_summarise(client_node, node, args, SaveMap, time.monotonic() - start,
+                                    source.description) or code
     except KeyboardInterrupt:
         code = 130
     finally:
@@ -137,7 +168,7 @@ def main(argv=None) -> int:
     return code
 
 
-def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float) -> int:
+def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float, source_text: str) -> int:
     from std_srvs.srv import Trigger
 
     random_weights = node.bundle is not None and node.bundle.random_weights
@@ -155,7 +186,7 @@ def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float) 
         time.sleep(0.05)
     response = future.result() if future.done() else None
     status = node.status_message()
-    print(f"summary: {status.frames_processed} frames processed in {elapsed:.1f} s "
+    print(f"summary: {status.frames_processed} frames of {source_text} processed in {elapsed:.1f} s "
           f"({status.frames_processed / max(elapsed, 1e-6):.2f} FPS), {status.frames_received} received, "
           f"{status.frames_dropped} dropped, {status.frames_rejected} rejected, {status.frames_failed} failed, "
           f"latency {status.latency_ms:.0f} ms (model {status.model_ms:.0f} ms)")

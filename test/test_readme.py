@@ -1,0 +1,189 @@
+"""The README run as a user runs it, in the venv over real DDS: its quick-start demo, its `ros2`
+commands (the launch line included) against the node that launch line starts, and its generated
+table of topics, services and parameters against the code. The commands are read from the README
+itself, so it cannot drift from what works. They run the installed copy (scripts/setup.sh).
+"""
+import importlib.util
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+BIN = Path(sys.executable).parent
+# A command holding one of these is an example to adapt, not one to run as written.
+PLACEHOLDERS = ("/path/", "...", "<", "$")
+# Output of a ros2 command that went wrong even where its exit code is 0.
+FAILURE_WORDS = ("traceback", "not found", "parameter failed", "success=false", "does not appear", "could not")
+TIMEOUT = 120.0
+
+
+def shell_lines(text: str) -> list[str]:
+    """The logical lines (continuations joined) of the README's ```bash blocks."""
+    lines, block = [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            block = [] if line.strip() == "```bash" and block is None else None
+            continue
+        if block is not None:
+            if lines and lines[-1].endswith("\\"):
+                lines[-1] = lines[-1][:-1] + " " + line.strip()
+            else:
+                lines.append(line.strip())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def commands(program: str) -> list[list[str]]:
+    """Every README command (as argv, comments removed) that starts with ``program``."""
+    found = []
+    for line in shell_lines(README.read_text()):
+        for part in re.split(r"\s*&&\s*", line):
+            argv = shlex.split(part, comments=True)
+            if argv and argv[0] == program:
+                found.append(argv)
+    return found
+
+
+def runnable(argv: list[str]) -> bool:
+    return not any(mark in arg for arg in argv for mark in PLACEHOLDERS)
+
+
+def test_the_readme_has_ros2_commands_and_one_runnable_launch_line():
+    ros2 = commands("ros2")
+    launches = [argv for argv in ros2 if argv[1] == "launch" and runnable(argv)]
+    assert len(launches) == 1, launches   # the one the other commands run against
+    assert len([argv for argv in ros2 if argv[1] != "launch" and runnable(argv)]) >= 8
+
+
+def test_every_launch_line_uses_declared_arguments():
+    pytest.importorskip("launch_ros", reason="scripts/install_ros2cli.sh installs it")
+    spec = importlib.util.spec_from_file_location("map_launch", REPO / "launch" / "map.launch.py")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:   # the package share is looked up at import
+        pytest.skip(f"the launch file does not load here ({error}): run scripts/setup.sh")
+    declared = {name for name, _, _ in module.ARGUMENTS}
+    lines = [argv for argv in commands("ros2") if argv[1] == "launch"]
+    assert lines
+    for argv in lines:
+        assert argv[2:4] == ["lingbot_ros", "map.launch.py"], argv
+        given = {arg.split(":=", 1)[0] for arg in argv[4:]}
+        assert given <= declared, f"{argv}: {sorted(given - declared)} are not launch arguments"
+
+
+def _env(tmp_path: Path) -> dict:
+    env = dict(os.environ, ROS_DOMAIN_ID=str(101 + os.getpid() % 100), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+               ROS_LOG_DIR=str(tmp_path / "ros_log"), PYTHONUNBUFFERED="1",
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    # The installed copy finds ../shared beside the checkout it was installed from by itself.
+    if (REPO.parent / "shared").is_dir():
+        env.pop("LINGBOT_SHARED", None)
+    env.pop("PYTHONPATH", None)   # the installed package, not the source tree
+    return env
+
+
+def _run(argv: list[str], env: dict, cwd: Path, timeout: float = 60.0) -> str:
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{shlex.join(argv)} exited {done.returncode}:\n{output[-3000:]}"
+    return output
+
+
+@pytest.fixture
+def installed():
+    if not (BIN / "ros2").exists() or not (BIN / "lingbot-ros-demo").exists():
+        pytest.skip(f"no ros2 / lingbot-ros-demo in {BIN}: run scripts/setup.sh")
+
+
+def test_the_readme_ros2_commands_work_against_the_launched_node(installed, tmp_path):
+    env = _env(tmp_path)
+    (launch,) = [argv for argv in commands("ros2") if argv[1] == "launch" and runnable(argv)]
+    others = [argv for argv in commands("ros2") if argv[1] != "launch" and runnable(argv)]
+    log = open(tmp_path / "launch.log", "w+")
+    proc = subprocess.Popen([str(BIN / "ros2"), *launch[1:]], env=env, cwd=tmp_path, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def launch_output() -> str:
+        log.flush()
+        log.seek(0)
+        return log.read()[-4000:]
+
+    ros2 = str(BIN / "ros2")
+    try:
+        wait_until(lambda: proc.poll() is not None or "active: listening on" in launch_output(),
+                   "the launched map_node to go active", TIMEOUT, details=launch_output)
+        assert proc.poll() is None, launch_output()
+        # The daemon the commands share: up and seeing the node before they run, once each.
+        _run([ros2, "daemon", "start"], env, tmp_path)
+        wait_until(lambda: "/map_node" in _run([ros2, "node", "list"], env, tmp_path), "ros2 node list to show "
+                   "/map_node", TIMEOUT, details=launch_output)
+        outputs = {}
+        for argv in others:
+            output = _run([ros2, *argv[1:]], env, tmp_path, timeout=TIMEOUT)
+            lowered = output.lower()
+            assert not any(word in lowered for word in FAILURE_WORDS), f"{shlex.join(argv)}:\n{output[-3000:]}"
+            outputs[shlex.join(argv[1:3])] = output
+        assert "active" in outputs.get("lifecycle get", "active")
+        # What the commands did, seen from outside: the parameter they set, the files they saved.
+        for argv in others:
+            if argv[1:3] == ["param", "set"]:
+                shown = _run([ros2, "param", "get", *argv[3:5]], env, tmp_path)
+                assert argv[5] in shown, shown
+            if argv[1:3] == ["service", "call"] and argv[4] == "lingbot_ros/srv/SaveMap":
+                directory = re.search(r"directory:\s*([^,}\s]+)", argv[5]).group(1)
+                assert {"map.ply", "trajectory.tum", "preview.png"} <= {p.name for p in (tmp_path / directory).iterdir()}
+    finally:
+        subprocess.run([ros2, "daemon", "stop"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+        log.close()
+
+
+def test_the_readme_quick_start_demo_uses_the_courthouse_images(installed, tmp_path, shared_data):
+    shared_data("courthouse_jpg")
+    (demo,) = commands("lingbot-ros-demo")[:1]
+    frames = int(demo[demo.index("--frames") + 1])
+    # Run from elsewhere than the checkout: the images are found from where the package came from.
+    output = _run([str(BIN / demo[0]), *demo[1:]], _env(tmp_path), tmp_path, timeout=600)
+    first = next(line for line in output.splitlines() if line.startswith("lingbot-ros-demo: source"))
+    assert "courthouse_jpg" in first and "checkout this package was installed from" in first, first
+    summary = next(line for line in output.splitlines() if line.startswith("summary:"))
+    assert f"summary: {frames} frames of folder" in summary and "courthouse_jpg" in summary, summary
+    assert len((tmp_path / "out" / "trajectory.tum").read_text().splitlines()) == frames
+    assert (tmp_path / "out" / "preview.png").stat().st_size > 0
+
+
+def test_the_readme_reference_table_is_the_generated_one(tmp_path):
+    pytest.importorskip("rclpy")
+    sys.path.insert(0, str(REPO))
+    from lingbot_ros.ros import reference
+
+    env = dict(os.environ, ROS_DOMAIN_ID=str(101 + (os.getpid() + 50) % 100), ROS_LOG_DIR=str(tmp_path),
+               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "lingbot_ros.ros.reference"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = README.read_text()
+    region = text[text.index(reference.BEGIN):text.index(reference.END) + len(reference.END)]
+    assert region == done.stdout.strip(), "README's reference is stale: python -m lingbot_ros.ros.reference " \
+                                          "--update README.md"

@@ -1,0 +1,130 @@
+"""The command-line front ends as a user meets them: lingbot-ros-node --help, the hint a failed
+model build gives, and lingbot-ros-replay --subscriber waiting for the node that matters over
+real DDS (a monitor that matched first must not start the playback)."""
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF")
+
+
+def test_node_help_prints_usage_and_every_parameter_without_starting(tmp_path):
+    pytest.importorskip("rclpy")
+    from lingbot_ros.ros import params
+
+    done = subprocess.run([sys.executable, "-m", "lingbot_ros.ros.main", "--help"], env=ENV, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: lingbot-ros-node")
+    for name, field in params.FIELDS.items():
+        assert f"\n  {name} (default " in done.stdout, name
+    assert "loaded model" not in done.stdout + done.stderr and not (tmp_path / "out").exists()
+    from lingbot_ros.ros.main import help_text
+
+    assert help_text().count("(default ") == len(params.FIELDS)
+
+
+def test_a_checkpoint_of_another_architecture_gets_the_model_config_hint(shared_dir):
+    from lingbot_ros.mapping import factory
+    from lingbot_ros.mapping.settings import MapperSettings
+    from lingbot_ros.model import CheckpointError
+
+    fixtures = shared_dir / "fixtures"
+    if not (fixtures / "tiny_default" / "ckpt.pt").exists():
+        pytest.skip("fixtures missing")
+    settings = MapperSettings(checkpoint=str(fixtures / "tiny_default" / "ckpt.pt"),
+                              model_config=str(fixtures / "tiny_conv2d" / "config.json"), device="cpu")
+    with pytest.raises(CheckpointError) as raised:
+        factory.build(settings)
+    hint = factory.failure_hint(raised.value, settings)
+    assert "set model_config" in hint and "tiny_conv2d" in hint and "model_config:=" in hint
+    assert "fused_blocks" not in hint and "Triton" not in hint
+
+
+def test_the_fused_blocks_hint_only_for_a_kernel_build_failure():
+    from lingbot_ros.mapping import factory
+    from lingbot_ros.mapping.settings import MapperSettings
+
+    build_error = type("BackendCompilerFailed", (RuntimeError,), {"__module__": "torch._dynamo.exc"})
+    try:
+        try:
+            raise build_error("no C compiler")
+        except RuntimeError as inner:
+            raise RuntimeError("warm-up failed") from inner
+    except RuntimeError as error:
+        wrapped = error
+    assert "fused_blocks:=false" in factory.failure_hint(wrapped, MapperSettings())
+    assert factory.failure_hint(wrapped, MapperSettings(fused_blocks=False)) == ""
+    assert factory.failure_hint(RuntimeError("CUDA out of memory"), MapperSettings()) == ""
+
+
+def _replay(bag: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lingbot_ros.tools.replay", str(bag), "--quiet", *extra],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_replay_subscriber_options_are_checked(shared_data):
+    pytest.importorskip("rclpy")
+    bag = shared_data("courthouse_bag")
+    done = _replay(bag, ENV, "--subscriber", "/map_node")
+    assert done.returncode == 2 and "--subscriber needs --wait-for-subscribers" in done.stderr
+    done = _replay(bag, ENV, "--duration", "0.25", "--rate", "10", "--wait-for-subscribers", "0.5",
+                   "--subscriber", "/nobody")
+    assert done.returncode == 0, done.stderr
+    assert ("not every --subscriber is there after 0.5 s (/nobody (subscribes to none of the played topics))"
+            in done.stderr), done.stderr
+
+
+@pytest.mark.ros
+def test_replay_waits_for_the_named_node_not_for_the_first_subscriber(shared_data, tmp_path):
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import CompressedImage
+
+    bag = shared_data("courthouse_bag")
+    topic = "/camera/image_raw/compressed"
+    domain = 1 + (os.getpid() + 7) % 100
+    env = dict(ENV, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_LOG_DIR=str(tmp_path))
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    executor = SingleThreadedExecutor(context=context)
+    monitor = rclpy.create_node("monitor", context=context)
+    late = rclpy.create_node("late_node", context=context)
+    seen = {"monitor": [], "late": []}
+    monitor.create_subscription(CompressedImage, topic, seen["monitor"].append, 100)
+    executor.add_node(monitor)
+    executor.add_node(late)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    proc = subprocess.Popen([sys.executable, "-m", "lingbot_ros.tools.replay", str(bag), "--quiet", "--duration",
+                             "1", "--rate", "10", "--wait-for-subscribers", "60", "--subscriber", "/late_node"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # The monitor has matched the player; only then does the node it waits for subscribe.
+        wait_until(lambda: monitor.count_publishers(topic) > 0 and
+                   any(i.node_name == "lingbot_replay" for i in monitor.get_publishers_info_by_topic(topic)),
+                   "the player's publisher", 60)
+        assert not seen["monitor"]   # nothing played while /late_node is not there
+        late.create_subscription(CompressedImage, topic, seen["late"].append, 100)
+        assert proc.wait(120) == 0, proc.stdout.read()
+        wait_until(lambda: len(seen["late"]) == 10, "every message of the second at /late_node", 30)
+        assert len(seen["monitor"]) == 10
+        first = seen["late"][0].header.stamp
+        assert (first.sec, first.nanosec) == (1_700_000_000, 0)   # the bag's first frame
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        executor.shutdown(timeout_sec=2)
+        spin.join(5)
+        monitor.destroy_node()
+        late.destroy_node()
+        context.try_shutdown()
