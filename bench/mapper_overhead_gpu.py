@@ -98,10 +98,10 @@ class Sections:
 
 def instrument(mapper: Mapper, sections: Sections) -> None:
     mapper.preprocessor = sections.wrap("preprocess", mapper.preprocessor)
-    if mapper.windows is not None:
-        mapper.windows.place = sections.wrap("window place + warp", mapper.windows.place)
+    if mapper._stream.windows is not None:
+        mapper._stream.windows.place = sections.wrap("window place + warp", mapper._stream.windows.place)
     mapper._output = sections.wrap("output (pose to host, robot frames)", mapper._output)
-    mapper._map.insert = sections.wrap("map hand-off", mapper._map.insert)
+    mapper._store._live.insert = sections.wrap("map hand-off", mapper._store._live.insert)
     mapper._publish_snapshot = sections.wrap("snapshot", mapper._publish_snapshot)
     mapper.session.step = sections.wrap("session.step (host)", mapper.session.step)
 
@@ -178,14 +178,14 @@ def main(argv=None) -> int:
         mapper = Mapper(settings, bundle)
         sections = profiler = None
         if name == "no_map_insert":
-            mapper._map.insert = lambda xyz, rgb: None
+            mapper._store._live.insert = lambda xyz, rgb: None
         if name == "no_points":
             records.MapperOutput.internal_points = lambda self, c, s: (np.zeros((0, 3), np.float32),
                                                                        np.zeros((0, 3), np.uint8))
         if name == "previous":
             live_windows.warp_frame = previous_warp_frame
             records.MapperOutput.internal_points = previous_internal_points
-            builder, stage = mapper._map, mapper._map.insert
+            builder, stage = mapper._store._live, mapper._store._live.insert
             builder.insert = lambda xyz, rgb: (stage(xyz, rgb), builder.release())
         if name == "switch_0.2ms":
             sys.setswitchinterval(0.0002)

@@ -155,7 +155,9 @@ class Ros:
         if not self.statuses:
             return None
         s = self.statuses[-1]
-        if s.frames_received and s.frames_processed + s.frames_dropped + s.frames_rejected == s.frames_received:
+        # A frame buffered for phase 1 is accounted for (init_frames) but not processed until placed.
+        if s.frames_received and (s.frames_processed + s.init_frames + s.frames_dropped + s.frames_rejected
+                                  == s.frames_received):
             return s
         return None
 

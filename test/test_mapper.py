@@ -4,6 +4,7 @@ The fixture checkpoint runs at a 112-pixel input width on CPU; frames are one te
 shifted sideways, so the motion policy's parallax is known (a shift of s pixels at 640 px is s/2
 at the policy's 320 px working width).
 """
+import dataclasses
 import itertools
 
 import cv2
@@ -93,16 +94,16 @@ def test_rollback_removes_the_newest_keyframe_points_and_pose(make_mapper):
     rolled = make_mapper()
     for f in frames:
         rolled.process(f)
-    assert len(rolled.trajectory) == 5 and stored(rolled) == 5
+    assert rolled.snapshot.trajectory_poses == 5 and stored(rolled) == 5
     assert "its points left the map" in rolled.rollback_last_frame()
     assert stored(rolled) == 4
     # The rolled-back frame's pose leaves the trajectory (and so ~/path and the saved file).
-    np.testing.assert_array_equal(rolled.trajectory.c2w(), reference.trajectory.c2w())
+    np.testing.assert_array_equal(rolled.saved_trajectory().c2w(), reference.saved_trajectory().c2w())
     for got, want in zip(rolled.map_points(), reference.map_points()):
         np.testing.assert_array_equal(got, want)
     # Frame 4 was merged when frame 5 arrived: a second rollback cannot take its points back.
     assert "already merged" in rolled.rollback_last_frame()
-    assert stored(rolled) == 3 and len(rolled.trajectory) == 3
+    assert stored(rolled) == 3 and rolled.snapshot.trajectory_poses == 3
 
 
 def test_rollback_while_buffering_drops_the_scale_frame(make_mapper):
@@ -127,14 +128,14 @@ def test_cache_cap_restarts_and_continues_from_the_last_pose(make_mapper):
     assert [n.kind for n in outcome.notices] == [RESTART]
     assert "cache cap: 4 keyframes stored (max_keyframes=4)" in outcome.notices[0].text
     assert mapper.snapshot.state == RESET and stored(mapper) == 0 and mapper.snapshot.restarts == 1
-    assert len(mapper.trajectory) == 4 and len(mapper.voxel_map) > 0
+    assert mapper.snapshot.trajectory_poses == 4 and len(mapper.map_points()[0]) > 0
     # The new stream's model world starts at the last camera: a first camera at the model's
     # identity lands exactly where the old stream left off.
-    np.testing.assert_allclose(mapper._placement.camera_pose(np.eye(4)), last, atol=1e-12)
+    np.testing.assert_allclose(mapper._stream.placement.camera_pose(np.eye(4)), last, atol=1e-12)
     for i in range(3):
         after = mapper.process(frame(8 * i)).new
     np.testing.assert_allclose(after[0].camera_pose,
-                               mapper._placement.camera_pose(after[0].result.extrinsic.numpy()), atol=1e-12)
+                               mapper._stream.placement.camera_pose(after[0].result.extrinsic.numpy()), atol=1e-12)
 
     mapper = make_mapper(max_keyframes=0, max_cache_mb=0.001)
     outcome = [mapper.process(frame(8 * i)) for i in range(3)][-1]
@@ -148,7 +149,7 @@ def test_reset_clears_the_map_and_trajectory(make_mapper):
     mapper.process(frame(40))
     outcome = mapper.reset("reset service")
     assert outcome.notices[0].kind == RESTART and "map cleared" in outcome.notices[0].text
-    assert len(mapper.voxel_map) == 0 and len(mapper.trajectory) == 0 and mapper.snapshot.restarts == 1
+    assert len(mapper.map_points()[0]) == 0 and mapper.snapshot.trajectory_poses == 0 and mapper.snapshot.restarts == 1
 
 
 def test_reset_runs_buffered_scale_frames_first(make_mapper):
@@ -167,11 +168,11 @@ def test_stamp_jitter_drops_the_frame_and_a_real_jump_back_restarts(make_mapper)
     mapper = make_mapper(max_stamp_gap_s=1.0, max_stamp_jitter_s=0.05)
     for i in range(4):
         mapper.process(frame(8 * i, stamp_s=10.0 + 0.1 * i))
-    poses = len(mapper.trajectory)
+    poses = mapper.snapshot.trajectory_poses
     outcome = mapper.process(frame(0, stamp_s=10.299))       # 1 ms back: jitter
     assert [n.kind for n in outcome.notices] == [REJECTED] and not outcome.new
     assert mapper.snapshot.rejected == 1 and mapper.snapshot.restarts == 0
-    assert len(mapper.trajectory) == poses and len(mapper.voxel_map) > 0
+    assert mapper.snapshot.trajectory_poses == poses and len(mapper.map_points()[0]) > 0
     outcome = mapper.process(frame(40, stamp_s=10.4))         # the stream goes on
     assert len(outcome.new) == 1 and not outcome.notices
     outcome = mapper.process(frame(0, stamp_s=11.5))          # forward gap of 1.1 s
@@ -180,19 +181,19 @@ def test_stamp_jitter_drops_the_frame_and_a_real_jump_back_restarts(make_mapper)
     mapper.process(frame(16, stamp_s=11.7))
     outcome = mapper.process(frame(0, stamp_s=5.0))           # a looped bag
     assert "went back by 6.700 s" in outcome.notices[0].text
-    assert len(mapper.trajectory) == 0 or mapper.trajectory.stamps_s()[0] == 5.0
+    assert mapper.snapshot.trajectory_poses == 0 or mapper.saved_trajectory().stamps_s()[0] == 5.0
 
 
 def test_bad_geometry_is_rejected_input_not_a_model_failure(make_mapper):
     mapper = make_mapper()
     for i in range(4):
         mapper.process(frame(8 * i))
-    before = mapper.trajectory.c2w().copy()
+    before = mapper.saved_trajectory().c2w().copy()
     for rgb in (np.zeros((1, 1, 3), np.uint8), np.zeros((10, 4000, 3), np.uint8)):
         outcome = mapper.process(InputFrame(rgb=rgb, stamp_ns=mapper.snapshot.last_stamp_ns + 1))
         assert [n.kind for n in outcome.notices] == [REJECTED], outcome.notices
     assert mapper.snapshot.rejected == 2 and mapper.snapshot.failed == 0 and mapper.snapshot.restarts == 0
-    np.testing.assert_array_equal(mapper.trajectory.c2w(), before)
+    np.testing.assert_array_equal(mapper.saved_trajectory().c2w(), before)
     assert len(mapper.process(frame(40)).new) == 1             # tracking goes on
 
 
@@ -203,7 +204,7 @@ def test_size_change_is_an_announced_restart(make_mapper):
     outcome = mapper.process(frame(40, size=(320, 180)))
     assert [n.kind for n in outcome.notices] == [RESTART]
     assert "image size changed from 640x480 to 320x180" in outcome.notices[0].text
-    assert mapper.snapshot.failed == 0 and len(mapper.trajectory) == 4     # map continues
+    assert mapper.snapshot.failed == 0 and mapper.snapshot.trajectory_poses == 4     # map continues
     assert mapper.snapshot.state == INITIALISING
 
 
@@ -229,7 +230,7 @@ def test_map_and_trajectory_are_bounded(make_mapper):
     for i in range(6):
         notices += mapper.process(frame(8 * i)).notices
     assert len(mapper.map_points()[0]) == 50
-    assert len(mapper.trajectory) == 3
+    assert mapper.snapshot.trajectory_poses == 3
     assert [n.kind for n in notices] == ["bound"]              # warned once
 
 
@@ -259,7 +260,7 @@ def test_save_writes_the_map_frame_trajectory(make_mapper, tmp_path):
         expected[:3, :3] = o.camera_pose[:3, :3] @ R_MAP_FROM_OPTICAL.T
         np.testing.assert_allclose(o.base_pose, expected, atol=1e-6)
     # A camera at the model's origin is the base at the map's origin.
-    np.testing.assert_allclose(mapper.robot.base_pose(Placement().camera_pose(np.eye(4))), np.eye(4), atol=1e-12)
+    np.testing.assert_allclose(mapper._stream.frames.conversion.base_pose(Placement().camera_pose(np.eye(4))), np.eye(4), atol=1e-12)
 
 
 def test_settings_name_every_bad_value():
@@ -269,3 +270,25 @@ def test_settings_name_every_bad_value():
     for name in ("'sliding_window' must be >= 1", "'device' must be auto, cpu, cuda or cuda:N",
                  "'keyframe_policy' must be one of", "'map_voxel_size_m' must be > 0"):
         assert name in text
+
+
+def test_the_stamp_gap_rule_sees_frames_received_not_processed(make_mapper):
+    """Regression: a slow step made a newest-frame-wins node skip frames; the next processed
+    stamp was 16 s later and the node restarted and cleared its map (again at every phase 1).
+    A frame carries the input's own gap before it (InputFrame.gap_ns); only that counts."""
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i, stamp_s=100.0 + 0.1 * i))
+    skipped = dataclasses.replace(frame(40, stamp_s=116.3), gap_ns=10**8)   # 160 frames skipped
+    assert not mapper.process(skipped).notices and mapper.snapshot.restarts == 0
+    gap = dataclasses.replace(frame(48, stamp_s=132.3), gap_ns=16 * 10**9)  # a gap in the input
+    assert "gap of 16.000 s" in mapper.process(gap).notices[0].text
+    assert mapper.process(frame(56, stamp_s=150.0)).notices[0].kind == RESTART  # no gap_ns: the stamps
+
+
+def test_settings_check_what_the_scale_estimator_needs():
+    """Regression: scale_min_pairs 1 passed the settings, then the Mapper's constructor raised."""
+    with pytest.raises(SettingsError, match="'scale_min_pairs' \\(1\\) must be >= 2"):
+        MapperSettings(scale_source="odometry", scale_min_pairs=1)
+    with pytest.raises(SettingsError, match="at most scale_window_pairs"):
+        MapperSettings(scale_min_pairs=20, scale_window_pairs=10)

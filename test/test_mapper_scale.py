@@ -11,6 +11,7 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
+from lingbot_ros.mapping.voxel_map import VoxelMap
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -34,7 +35,7 @@ def run(settings, frames, odometry=None):
     outputs = []
     for frame in frames:
         if odometry is not None:
-            mapper.robot.odometry.add(frame.stamp_ns, odometry[frame.stamp_ns])
+            mapper.add_odometry(frame.stamp_ns, odometry[frame.stamp_ns])
         outputs += mapper.process(frame).new
     return mapper, outputs
 
@@ -42,14 +43,33 @@ def run(settings, frames, odometry=None):
 def test_a_fixed_scale_multiplies_every_metric_output(base):
     settings, frames = base
     plain, plain_out = run(settings, frames[:8])
-    scaled, scaled_out = run(dataclasses.replace(settings, scale_source="fixed", scale=3.0), frames[:8])
-    assert not plain.snapshot.scale_known and scaled.snapshot.scale_known and scaled.snapshot.scale == 3.0
+    # Voxels are metres once the scale is known: twice the scale and twice the voxel size make
+    # the same voxels, so the map is exactly twice the plain one.
+    scaled, scaled_out = run(dataclasses.replace(settings, scale_source="fixed", scale=2.0,
+                                                 map_voxel_size_m=2 * settings.map_voxel_size_m), frames[:8])
+    assert not plain.snapshot.scale_known and scaled.snapshot.scale_known and scaled.snapshot.scale == 2.0
     for a, b in zip(plain_out, scaled_out):
-        np.testing.assert_allclose(b.camera_pose[:3, 3], 3 * a.camera_pose[:3, 3], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(b.camera_pose[:3, 3], 2 * a.camera_pose[:3, 3], rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(b.camera_pose[:3, :3], a.camera_pose[:3, :3], atol=1e-9)
-        np.testing.assert_allclose(b.depth.numpy(), 3 * a.depth.numpy(), rtol=1e-6)
-        np.testing.assert_allclose(b.points(0.0, 4)[0], 3 * a.points(0.0, 4)[0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(scaled.map_points()[0], 3 * plain.map_points()[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.depth.numpy(), 2 * a.depth.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(b.points(0.0, 4)[0], 2 * a.points(0.0, 4)[0], rtol=1e-5, atol=1e-6)
+    for got, want in zip(scaled.map_points(), plain.map_points()):
+        np.testing.assert_array_equal(got, want * (2 if got.dtype == np.float32 else 1))
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 8.0])
+def test_voxels_are_metres_once_the_scale_is_known(base, scale):
+    """Regression: the voxel pitch stayed in model units (fixed scale 0.1 / 1 / 10 gave 0.007 /
+    0.07 / 0.7 m voxels for map_voxel_size_m 0.05). The map equals a naive one made of the final
+    keyframes' map-frame points in voxels of map_voxel_size_m (powers of two: exact floats)."""
+    settings, frames = base
+    mapper, outputs = run(dataclasses.replace(settings, scale_source="fixed", scale=scale), frames[:8])
+    reference = VoxelMap(settings.map_voxel_size_m)
+    for output in outputs:
+        if output.is_keyframe:
+            reference.insert(*output.points(settings.min_confidence, settings.map_points_stride))
+    for got, want in zip(mapper.map_points(), reference.points()):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_the_scale_is_estimated_from_odometry_within_two_percent(base):
@@ -85,3 +105,30 @@ def test_until_odometry_arrives_the_status_says_why(base):
     settings, frames = base
     mapper, _ = run(dataclasses.replace(settings, scale_source="odometry"), frames[:6])
     assert not mapper.snapshot.scale_known and "waiting for odometry" in mapper.snapshot.scale_text
+
+
+def test_a_restart_that_keeps_the_map_keeps_each_stream_at_its_own_scale(base):
+    """Regression: a restart that keeps the map (an image size change) between two odometry
+    scales wrote the first stream at the second's scale (x2.63 right after the restart). Each
+    stream is converted into map once, at its own scale, when it ends."""
+    settings, frames = base
+    _, model_run = run(settings, frames)
+    centres = np.stack([o.internal_pose[:3, 3] for o in model_run])
+    s_true = 0.15 / np.median(np.linalg.norm(np.diff(centres, axis=0), axis=1))
+    odometry = {}
+    for output, centre in zip(model_run, centres):
+        pose = np.eye(4)
+        pose[:3, 3] = s_true * centre
+        odometry[output.stamp_ns] = pose
+    estimated = dataclasses.replace(settings, scale_source="odometry", scale_min_motion_m=0.1, scale_max_spread=0.05)
+    mapper, _ = run(estimated, frames, odometry)
+    assert mapper.snapshot.scale_known and abs(mapper.snapshot.scale / s_true - 1) < 0.02
+    xyz, rgb = mapper.map_points()
+    trajectory = mapper.saved_trajectory()
+    smaller = frames[-1].rgb[::2, ::2].copy()
+    outcome = mapper.process(InputFrame(rgb=smaller, stamp_ns=frames[-1].stamp_ns + 10**8))
+    assert "image size changed" in outcome.notices[0].text and not mapper.snapshot.scale_known
+    after_xyz, after_rgb = mapper.map_points()
+    np.testing.assert_array_equal(after_xyz, xyz)
+    np.testing.assert_array_equal(after_rgb, rgb)
+    np.testing.assert_array_equal(mapper.saved_trajectory().c2w(), trajectory.c2w())

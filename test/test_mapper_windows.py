@@ -56,6 +56,7 @@ def run_live(mapper, inputs):
     (37, {"keyframe_interval": 2, "overlap_size": 5}),            # L = 3 + 7 * 2 = 17 frames
     (25, {"overlap_size": 2}),                                    # overlap shorter than phase 1
     (8, {}),                                                      # one window, never switched
+    (21, {"window_size": 5, "overlap_size": 3}),                  # overlap > step: frames re-run twice
 ])
 def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, count, overrides):
     mapper = windowed(fixture_files, **overrides)
@@ -82,13 +83,13 @@ def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, coun
         assert live.is_keyframe == bool(reference.result.is_keyframe)
         np.testing.assert_allclose(live.camera_pose, Placement().camera_pose(live.result.extrinsic.numpy()))
     # Per-window scales and transforms are those of the offline run.
-    records = mapper.windows.records
+    records = mapper.window_records()
     assert len(records) == len(run.similarities)
     for record, sim in zip(records, run.similarities):
         torch.testing.assert_close(record.similarity.scale, sim.scale, rtol=0, atol=1e-6)
         torch.testing.assert_close(record.similarity.rotation, sim.rotation, rtol=0, atol=1e-6)
     # The saved trajectory holds the final values.
-    np.testing.assert_allclose(mapper.trajectory.c2w(), np.stack([o.camera_pose for o in final]), atol=1e-12)
+    np.testing.assert_allclose(mapper.saved_trajectory().c2w(), np.stack([o.base_pose for o in final]), atol=1e-12)
 
 
 def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files, images):
@@ -102,13 +103,14 @@ def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files
     assert [o.index for o in switch.final] == [6, 7, 8, 9, 10]
     snapshot = mapper.snapshot
     assert snapshot.window == 1 and snapshot.restarts == 0 and snapshot.state_text == "tracking"
-    assert snapshot.window_scale == pytest.approx(float(mapper.windows.records[1].similarity.scale))
+    assert snapshot.window_scale == pytest.approx(float(mapper.window_records()[1].similarity.scale))
     assert np.isfinite(snapshot.window_overlap_error) and snapshot.window_overlap_error >= 0
     # The published (provisional) pose and the final one differ: they come from two windows.
     first = {o.index: o.camera_pose for outcome in outcomes[:10] for o in outcome.new}
     final = {o.index: o.camera_pose for o in switch.final}
+    final_base = {o.index: o.base_pose for o in switch.final}
     assert not np.allclose(first[8], final[8])
-    np.testing.assert_allclose(mapper.trajectory.c2w()[6:10], np.stack([final[i] for i in range(6, 10)]))
+    np.testing.assert_allclose(mapper.saved_trajectory().c2w()[6:10], np.stack([final_base[i] for i in range(6, 10)]))
 
 
 def test_rollback_and_flush_inside_a_window_and_after_a_switch(fixture_files, images):
@@ -135,7 +137,7 @@ def test_rollback_and_flush_inside_a_window_and_after_a_switch(fixture_files, im
     for frame in inputs[12:15]:
         mapper.process(frame)
     # The same poses as a run that never saw the rolled-back frames.
-    np.testing.assert_allclose(mapper.trajectory.c2w(), reference.trajectory.c2w(), atol=1e-9)
+    np.testing.assert_allclose(mapper.saved_trajectory().c2w(), reference.saved_trajectory().c2w(), atol=1e-9)
     np.testing.assert_allclose(mapper.map_points()[0], reference.map_points()[0], atol=1e-6)
 
 
@@ -152,11 +154,11 @@ def test_saving_mid_stream_equals_ending_the_stream_there(fixture_files, images,
     for frame in frames(images, 20):               # frames 18, 19: window 2, provisional
         live.process(frame)
         ended.process(frame)
-    assert live.windows.provisional
+    assert live._stream.windows.provisional()
     ended.finish()
     saved_live, saved_ended = live.save(tmp_path / "live"), ended.save(tmp_path / "ended")
     assert saved_live.num_points == saved_ended.num_points > 0
     assert (tmp_path / "live" / "trajectory.tum").read_text() == (tmp_path / "ended" / "trajectory.tum").read_text()
     assert (tmp_path / "live" / "map.ply").read_bytes() == (tmp_path / "ended" / "map.ply").read_bytes()
     # Saving changed nothing: the live stream goes on, its provisional frames still provisional.
-    assert live.windows.provisional
+    assert live._stream.windows.provisional()

@@ -93,10 +93,11 @@ class Live:
         msg.header.frame_id = "cam"
         self.node.inputs.accept(msg, image_to_rgb)
         self.sent += 1
-        snapshot = lambda: self.node.mapper.snapshot   # noqa: E731
-        wait(lambda: snapshot().processed + snapshot().failed + snapshot().rejected == self.sent
-             and not self.node.worker.busy
-             and not len(self.node.worker.inbox), f"frame {self.sent} handled")
+        def handled() -> bool:   # every frame sent is placed, buffered for phase 1, failed or rejected
+            s = self.node.mapper.snapshot
+            return (s.processed + s.init_frames + s.failed + s.rejected == self.sent
+                    and not self.node.worker.busy and not len(self.node.worker.inbox))
+        wait(handled, f"frame {self.sent} handled")
         return msg
 
     def status(self, condition, what: str):
@@ -153,8 +154,9 @@ def test_warmup_runs_the_model_and_leaves_an_empty_stream(live):
     assert stats["kv_cache"] is not None, "warm-up did not run the model (no KV cache allocated)"
     assert stats["frames_seen"] == stats["frames_stored"] == stats["frames_buffered"] == 0
     env.send(10.0)
-    first = env.status(lambda s: s.frames_processed == 1, "the first real frame processed")
-    assert first.state == MapStatus.STATE_INITIALISING and first.init_frames == 1
+    # Buffered for phase 1: not processed until it has its pose (a save would not hold it yet).
+    first = env.status(lambda s: s.init_frames == 1, "the first real frame buffered")
+    assert first.state == MapStatus.STATE_INITIALISING and first.frames_processed == 0
 
 
 def test_depth_confidence_camera_info_and_map_outputs(live):
@@ -191,7 +193,7 @@ def test_depth_confidence_camera_info_and_map_outputs(live):
                                if stamp_ns(m.header) == stamps[-1]), None), "a map after frame 4")
     xyz, rgb = messages.unpack_points(cloud)
     assert cloud.header.frame_id == "map" and cloud.width == len(xyz) > 0
-    np.testing.assert_array_equal(xyz, env.node.mapper.voxel_map.points()[0])
+    np.testing.assert_array_equal(xyz, env.node.mapper.map_points()[0])
 
 
 def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(live, monkeypatch, capfd):
@@ -215,10 +217,10 @@ def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(liv
     assert "stream restarted, continuing" in capfd.readouterr().err
 
     env.send(10.5)
-    after = env.status(lambda s: s.frames_processed == 5, "the next frame processed")
-    assert after.state == MapStatus.STATE_INITIALISING and after.init_frames == 1
-    assert after.frames_failed == 1 and after.frames_processed == 5
-    assert len(env.node.mapper.trajectory) == 4      # the map and trajectory carried on
+    after = env.status(lambda s: s.init_frames == 1 and s.frames_failed == 1, "the next frame buffered for phase 1")
+    assert after.state == MapStatus.STATE_INITIALISING and after.frames_processed == 4
+    assert after.frames_failed == 1
+    assert env.node.mapper.snapshot.trajectory_poses == 4      # the map and trajectory carried on
 
 
 def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
@@ -230,7 +232,7 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
     assert capped.state == MapStatus.STATE_RESET and capped.state_text == f"reset: {reason}"
     assert capped.keyframes == 0 and capped.frames_processed == 4
     assert f"stream restarted (map continues from the last pose): {reason}" in capfd.readouterr().err
-    map_points = len(env.node.mapper.voxel_map)
+    map_points = len(env.node.mapper.map_points()[0])
     assert map_points > 0
 
     for i in range(3):
@@ -238,7 +240,7 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
     tracking = env.status(lambda s: s.frames_processed == 7, "tracking again")
     assert tracking.state == MapStatus.STATE_TRACKING and tracking.keyframes == 3
     assert tracking.resets == 1 and tracking.frames_failed == 0
-    assert len(env.node.mapper.trajectory) == 7 and len(env.node.mapper.voxel_map) >= map_points
+    assert env.node.mapper.snapshot.trajectory_poses == 7 and len(env.node.mapper.map_points()[0]) >= map_points
 
 
 def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
@@ -249,11 +251,11 @@ def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
     gap = env.status(lambda s: s.resets == 1, "the reset on the gap")
     assert gap.state_text == ("initialising 1/3 (restarted: gap of 9.700 s between image stamps "
                               "(max_stamp_gap_s=1))")
-    assert len(env.node.mapper.trajectory) == 0 and len(env.node.mapper.voxel_map) == 0
+    assert env.node.mapper.snapshot.trajectory_poses == 0 and len(env.node.mapper.map_points()[0]) == 0
     env.send(5.0)                                        # a looped bag
     back = env.status(lambda s: s.resets == 2, "the reset on the backward stamp")
     assert back.state_text == "initialising 1/3 (restarted: image stamp went back by 15.000 s (bag looped?))"
-    last = env.status(lambda s: s.frames_processed == 6, "both frames processed")
+    last = env.status(lambda s: s.frames_processed == 5, "the frame at 20 s placed, the one at 5 s buffered")
     assert last.state == MapStatus.STATE_INITIALISING and last.init_frames == 1
     err = capfd.readouterr().err
     assert "gap of 9.700 s" in err and "image stamp went back" in err
@@ -337,8 +339,8 @@ def test_the_mount_from_tf_static_places_the_base_and_map_to_odom_corrects_the_o
         np.testing.assert_allclose(_matrix(t.transform.translation, t.transform.rotation),
                                    map_base @ np.linalg.inv(odom_base[stamp]), atol=1e-5)
     # The first camera is the model's origin: the base starts at the map's origin.
-    np.testing.assert_allclose(env.node.mapper.robot.base_pose(
-        env.node.mapper._placement.camera_pose(np.eye(4))), np.eye(4), atol=1e-9)
+    np.testing.assert_allclose(env.node.mapper._stream.frames.conversion.base_pose(
+        env.node.mapper._stream.placement.camera_pose(np.eye(4))), np.eye(4), atol=1e-9)
 
 
 def test_timer_callbacks_during_cleanup_never_meet_a_destroyed_publisher(live):

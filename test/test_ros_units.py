@@ -9,6 +9,7 @@ import yaml
 
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray
+from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.ros import messages, params
 from lingbot_ros.ros.worker import FrameInbox, Worker
@@ -234,8 +235,14 @@ def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
     from lingbot_ros.mapping.trajectory import Trajectory
     from lingbot_ros.ros.outputs import PathCache
 
-    trajectory, frames = Trajectory(), RobotFrames(MapperSettings())
-    path = PathCache(trajectory, frames, "map", max_length=3)
+    trajectory = Trajectory()
+    conversion = RobotFrames(MapperSettings()).first_stream()[1].conversion
+    class Mapper:   # the two verbs PathCache uses
+        snapshot = property(lambda self: SimpleNamespace(trajectory_poses=len(trajectory)))
+
+        def path_poses(self, count=None):
+            return [(e, conversion) for e in trajectory.newest(len(trajectory) if count is None else count)]
+    path = PathCache(Mapper(), "map", max_length=3)
     for index in range(4):
         pose = np.eye(4)
         pose[:3, 3] = (float(index), 0.0, 0.0)   # internal frame: map axes, model units
@@ -256,3 +263,15 @@ def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
     assert [p.pose.position.x for p in second] == [0.0, 1.0, 7.0]
     assert second[1] is first[0]   # frame 1 unchanged: its message is reused
     assert second[2] is not first[1] and second[2].header.stamp == first[1].header.stamp
+
+
+def test_the_inbox_merges_the_gaps_of_the_frames_it_drops():
+    inbox = FrameInbox(keep_all=False, capacity=1, merge=InputFrame.after_dropped)
+    rgb = np.zeros((2, 2, 3), np.uint8)
+    for stamp_s, gap_s in ((1.0, 0.1), (9.0, 8.0), (9.1, 0.1)):
+        inbox.put(InputFrame(rgb=rgb, stamp_ns=round(stamp_s * 1e9), gap_ns=round(gap_s * 1e9)))
+    taken = inbox.get(0)
+    assert (taken.stamp_ns, taken.gap_ns) == (9_100_000_000, 8_000_000_000)
+    inbox.put(InputFrame(rgb=rgb, stamp_ns=10**10, gap_ns=None))     # the first after activate
+    inbox.put(InputFrame(rgb=rgb, stamp_ns=10**10 + 1, gap_ns=1))
+    assert inbox.get(0).gap_ns is None                                # unknown: the stamps decide

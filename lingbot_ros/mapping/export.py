@@ -1,6 +1,8 @@
 """File export: coloured point clouds as PLY, trajectories in the TUM RGB-D format."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,21 @@ _PLY_HEADER = ("ply\n"
                "property float x\nproperty float y\nproperty float z\n"
                "property uchar red\nproperty uchar green\nproperty uchar blue\n"
                "end_header\n")
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it: a reader (or a crash)
+    never sees half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)   # what open() would give; mkstemp makes it private
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 class PlyFormatError(ValueError):
@@ -42,9 +59,7 @@ def write_ply(path: str | Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
         vertices[name] = xyz[:, axis]
     for channel, name in enumerate(("red", "green", "blue")):
         vertices[name] = rgb[:, channel]
-    with open(path, "wb") as f:
-        f.write(_PLY_HEADER.format(count=len(xyz)).encode("ascii"))
-        f.write(vertices.tobytes())
+    write_atomic(path, _PLY_HEADER.format(count=len(xyz)).encode("ascii") + vertices.tobytes())
 
 
 def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +85,8 @@ def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_tum(path: str | Path, trajectory: Trajectory) -> None:
-    """Write ``timestamp tx ty tz qx qy qz qw`` per pose (camera-to-world), one line each.
+    """Write ``timestamp tx ty tz qx qy qz qw`` per pose, one line each (the Mapper's
+    trajectory.tum: the robot base in ``map``).
 
     This is the TUM RGB-D benchmark format that evo and the TUM tools read. Stamps are written
     in seconds with microsecond digits: a float64 of Unix-epoch seconds resolves ~0.24 us, so
@@ -82,7 +98,7 @@ def write_tum(path: str | Path, trajectory: Trajectory) -> None:
         tx, ty, tz = c2w[:3, 3]
         lines.append(f"{stamp_s:.6f} {tx:.9g} {ty:.9g} {tz:.9g} "
                      f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
-    Path(path).write_text("".join(lines))
+    write_atomic(path, "".join(lines).encode())
 
 
 def read_tum(path: str | Path) -> Trajectory:
@@ -116,4 +132,4 @@ def write_windows(path: str | Path, records) -> None:
         translation = sim.translation.detach().cpu().double().numpy()
         values = [float(sim.scale), *rotation, *translation, record.overlap_error]
         lines.append(f"{record.window},{record.first_index}," + ",".join(f"{v:.9g}" for v in values) + "\n")
-    Path(path).write_text("".join(lines))
+    write_atomic(path, "".join(lines).encode())

@@ -1,26 +1,29 @@
-"""The one conversion from the model's optical world to the published ``map`` frame.
+"""The one conversion from the model's world to the published ``map`` frame, in two frozen steps.
 
-The model gives camera-to-world poses in OpenCV optical axes (x right, y down, z forward), with
-the first camera of its stream as the world origin. ROS (REP 103) wants body-style axes: x
-forward, y left, z up. The ``map`` frame is the first camera's optical frame rotated into REP 103
-axes, so "forward" at the start is +x and "up" is +z:
+The model gives camera-to-world poses in OpenCV optical axes (x right, y down, z forward), the
+first camera of its stream at the world origin, in model units. ``map`` (REP 105) is the robot
+base at the start of the map: x forward, y left, z up, in metres once the metric scale is known.
 
-    map_x = optical_z,   map_y = -optical_x,   map_z = -optical_y     (R_MAP_FROM_OPTICAL)
+1. ``Placement``: a stream's model world -> the Mapper's internal frame I (rotation and
+   translation only): ``p_I = R @ p_world + t``. For the first stream R is the camera mount's
+   rotation (so I has the base's axes) and t is 0; a stream that continues the map starts where
+   the previous one ended (``continuing_from``). Aligned windows are warped into window 0's
+   world before this step.
+2. ``MapConversion``: I -> ``map`` for one stream with the metric scale ``s`` it had then:
+   ``p_M = s * (p_I - origin_internal) + origin_map``, ``T_M_base = T_M_camera @ T_camera_base``.
+   The first stream's origin_internal is 0 and origin_map the mount's translation; a continuing
+   stream's origins are both the camera position it started from, so it is scaled about that.
 
-The published camera pose is that of the camera's *optical* frame (the image's frame_id, by the
-usual ``*_optical_frame`` convention) expressed in ``map``. At the start of the first stream it
-is therefore not the identity but R_MAP_FROM_OPTICAL itself (the optical axes seen from map).
-
-A stream that is not the first (a restart that continues the map, a window of the windowed
-long-run policy) has its own model world. ``Placement`` is the pose of that world in the
-Mapper's internal frame, ``p = R @ p_world + t`` (aligned windows are warped into window 0's
-world first; the metric scale and the camera mount come after, in robot.py).
+Every output (poses, points, depth) carries the MapConversion it was made with; a new one is made
+whenever the scale estimate or the mount changes, never changed in place.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+
+from .metric_scale import MetricScale
 
 R_MAP_FROM_OPTICAL = np.array([[0.0, 0.0, 1.0],
                                [-1.0, 0.0, 0.0],
@@ -29,7 +32,7 @@ R_MAP_FROM_OPTICAL = np.array([[0.0, 0.0, 1.0],
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Pose of a stream's model world: p = rotation @ p_world + translation."""
+    """Pose of a stream's model world in I: p = rotation @ p_world + translation."""
 
     rotation: np.ndarray = dataclasses.field(default_factory=lambda: R_MAP_FROM_OPTICAL.copy())
     translation: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))
@@ -49,11 +52,51 @@ class Placement:
         points = np.asarray(points_world, dtype=np.float64)
         return (points @ self.rotation.T + self.translation).astype(np.float32)
 
-    def continuing_from(self, camera_pose_map: np.ndarray) -> "Placement":
-        """Placement of a new stream whose first camera is ``camera_pose_map`` (T_map_camera):
-        a restart that continues the map from the last pose (rotation and translation only; the
-        new stream's scale is its own)."""
-        return Placement(rotation=camera_pose_map[:3, :3].copy(), translation=camera_pose_map[:3, 3].copy())
+    @staticmethod
+    def continuing_from(camera_pose: np.ndarray) -> "Placement":
+        """Placement of a new stream whose first camera is ``camera_pose`` (rotation and
+        translation only; the new stream's scale is its own)."""
+        return Placement(rotation=camera_pose[:3, :3].copy(), translation=camera_pose[:3, 3].copy())
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MapConversion:
+    """I -> ``map`` for one stream at one scale estimate (immutable: compared by identity)."""
+
+    metric: MetricScale
+    camera_base: np.ndarray                 # T_camera_base, the inverse of the mount
+    origin_internal: np.ndarray             # [3]
+    origin_map: np.ndarray                  # [3]
+
+    @property
+    def scale(self) -> float:
+        return self.metric.scale
+
+    @property
+    def is_identity(self) -> bool:
+        """Positions in I are positions in map (no rounding through the origins then)."""
+        return self.scale == 1.0 and np.array_equal(self.origin_internal, self.origin_map)
+
+    def camera_pose(self, internal_pose: np.ndarray) -> np.ndarray:
+        """T_I_camera -> T_M_camera."""
+        pose = np.array(internal_pose, dtype=np.float64)
+        if not self.is_identity:
+            pose[:3, 3] = self.scale * (pose[:3, 3] - self.origin_internal) + self.origin_map
+        return pose
+
+    def base_pose(self, internal_pose: np.ndarray) -> np.ndarray:
+        """T_I_camera -> T_M_base."""
+        return self.camera_pose(internal_pose) @ self.camera_base
+
+    def points(self, xyz_internal: np.ndarray) -> np.ndarray:
+        """``[N, 3]`` points in I -> in ``map`` (float32)."""
+        if self.is_identity:
+            return np.asarray(xyz_internal, np.float32).copy()
+        xyz = np.asarray(xyz_internal, np.float64)
+        return (self.scale * (xyz - self.origin_internal) + self.origin_map).astype(np.float32)
+
+    def with_metric(self, metric: MetricScale) -> "MapConversion":
+        return dataclasses.replace(self, metric=metric)
 
 
 def rigid_inverse(pose: np.ndarray) -> np.ndarray:

@@ -9,8 +9,9 @@ original's offline window list and stitching for ``1 <= ov < L`` (``WindowRule.c
 
 A frame at position ``i`` of its window is final at once when ``i < L - ov``; the window's last
 ``ov`` frames are provisional: they are published as they come, and their final value is the
-next window's re-run (or their own, when the stream ends). This class keeps the bookkeeping;
-the Mapper runs the session and places the outputs.
+next window's re-run (or their own, when the stream ends). This class keeps the bookkeeping of
+one stream (a restart makes a new one), the provisional outputs included; the Mapper runs the
+session and places the outputs.
 """
 from __future__ import annotations
 
@@ -55,11 +56,7 @@ class LiveWindows:
         rule.check_live()
         self.estimator = estimator
         self.length, self.overlap = rule.window_frames, rule.overlap
-        self.records: list[WindowRecord] = []
-        self.reset()
-
-    def reset(self) -> None:
-        """Back to window 0 (a restart of the stream)."""
+        self.records: list[WindowRecord] = []    # this stream's windows, placed ones only
         self.number = 0
         self.count = 0                           # frames given to this window's session
         keep = self.overlap + ROLLBACK_MARGIN
@@ -68,9 +65,27 @@ class LiveWindows:
         self.similarity: Similarity | None = Similarity.identity()
         self.head: list[tuple[Pending, FrameResult]] = []   # raw results waiting for the alignment
         self.previous_tail: list[FrameResult] = []
-        self.provisional: collections.OrderedDict[int, MapperOutput] = collections.OrderedDict()
+        # Outputs published but not final yet (the window's last ``ov`` frames), by frame index.
+        self._provisional: collections.OrderedDict[int, MapperOutput] = collections.OrderedDict()
         self.last_scale = 1.0
         self.last_overlap_error = float("nan")
+
+    # -- provisional outputs ---------------------------------------------------------------------
+
+    def hold(self, output: MapperOutput) -> None:
+        self._provisional[output.index] = output
+
+    def finalised(self, index: int) -> None:
+        """The next window ran frame ``index`` again: its provisional output is superseded."""
+        self._provisional.pop(index, None)
+
+    def provisional(self) -> list[MapperOutput]:
+        return list(self._provisional.values())
+
+    def end(self) -> list[MapperOutput]:
+        """The stream ends here: the provisional outputs (now final), oldest first."""
+        outputs, self._provisional = list(self._provisional.values()), collections.OrderedDict()
+        return outputs
 
     @property
     def switch_due(self) -> bool:
@@ -94,8 +109,6 @@ class LiveWindows:
 
     def enter(self, pending: Pending) -> Pending:
         """A frame given to the session: take its position."""
-        if self.number == 0 and self.count == 0:   # window 0 of a stream: the identity
-            self.records.append(WindowRecord(0, pending.index, self.similarity, float("nan")))
         pending.position = self.count
         self.count += 1
         self.inputs.append(pending)
@@ -114,16 +127,30 @@ class LiveWindows:
             if self.similarity.scale.device != raw.pose_enc.device:   # window 0's identity, made before
                 self.similarity = Similarity.identity(raw.pose_enc.device)   # any result told the device
             ready = [(pending, raw)]
+            if not self.records:   # window 0's first placed frame: the identity
+                self.records.append(WindowRecord(0, pending.index, self.similarity, float("nan")))
         placed = [(p, warp_frame(r, self.similarity)) for p, r in ready]
         self.tail.extend(result for _, result in placed)
         return placed
 
-    def forget_newest(self, had_result: bool) -> None:
-        """The newest frame was rolled back (``had_result``: it was placed, not still buffered)."""
+    def refuses_rollback(self, had_result: bool) -> str:
+        """Why the newest frame cannot be forgotten ('' if it can): the window keeps the inputs
+        of its newest ``ov + ROLLBACK_MARGIN`` frames only (and rerun frames stay)."""
+        if not self.inputs or (had_result and not self.tail):
+            return (f"the window keeps the inputs of its newest {self.inputs.maxlen} frames only, and "
+                    "that many were rolled back")
+        if self.inputs[-1].rerun:
+            return "the newest frame was run again to align two windows; it cannot be rolled back"
+        return ""
+
+    def forget_newest(self, had_result: bool) -> MapperOutput | None:
+        """The newest frame was rolled back (``had_result``: it was placed, not still buffered);
+        returns its provisional output if it had one. Call ``refuses_rollback`` first."""
         self.count -= 1
-        self.inputs.pop()
+        pending = self.inputs.pop()
         if had_result:
             self.tail.pop()
+        return self._provisional.pop(pending.index, None)
 
     def _align(self) -> None:
         current = [raw for _, raw in self.head]

@@ -50,6 +50,13 @@ class MapBuilder:
         self._raise_error()
         return self._map
 
+    def swap(self, voxel_map: VoxelMap) -> None:
+        """Put ``voxel_map`` in the old one's place once every staged and queued insert is in."""
+        self.release()
+        self._queue.join()
+        self._raise_error()
+        self._map = voxel_map
+
     def __len__(self) -> int:
         """Voxels so far (staged and queued inserts may still add some): for status, never waits."""
         return len(self._map)

@@ -8,16 +8,21 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers)
     finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final
     reset(reason)                     restart the stream and clear the map
-    rollback_last_frame() -> str      undo the newest stored frame (pose, points, cache)
+    rollback_last_frame() -> str      undo the newest frame (pose, points, cache); a refusal
+                                      (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
     warm_up() -> float                dummy frames before the first real one (seconds)
-    map_points(), save(directory), snapshot
+    map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
+    add_odometry(stamp_ns, pose), odometry_at(stamp_ns)   (any thread)
+
+Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
+whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
+how a saved map stays at one scale); the conversion into ``map`` in frames.py.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import logging
 import time
 from pathlib import Path
 
@@ -28,22 +33,19 @@ from ..cache import NothingToRollback
 from ..stream import ImageError
 from .export import write_ply, write_tum, write_windows
 from .factory import SessionBundle
-from .frames import Placement
 from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
+from .map_store import MapStore
 from .long_run import make_long_run_policy
 from .points import to_numpy
 from .preview import write_preview
-from .robot import RobotFrames
+from .robot import RobotFrames, StreamFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
 from .stamps import ACCEPT, DROP, StampPolicy
-from .trajectory import Trajectory
-from .map_builder import MapBuilder
-from .voxel_map import VoxelMap
-
-log = logging.getLogger(__name__)
+from .stream_state import SessionRun, StreamState
+from .trajectory import StampedPose, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,50 +67,36 @@ class Mapper:
         self.bundle = bundle
         self.session = bundle.session
         self.preprocessor = bundle.preprocessor
-        self.motion = (MotionPolicy(settings.keyframe_min_parallax_px)
-                       if settings.keyframe_policy == "motion" else None)
-        self.stamps = StampPolicy(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
         self.long_run = make_long_run_policy(settings)
-        self.windows = (LiveWindows(settings.window_rule(), settings.window_alignment)
-                        if settings.long_run_policy == "windowed" else None)
-        self._map = MapBuilder(VoxelMap(settings.map_voxel_size_m, settings.max_map_points))
-        self.trajectory = Trajectory(settings.max_trajectory_poses)
+        self.robot = RobotFrames(settings)
+        self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses)
+        self._records: list = []         # window records of the ended streams still in the map
         self._frames_in = 0              # index of the next input frame (since configure)
         self._counts = collections.Counter()
         self._state, self._state_text = WAITING, "waiting for images"
         self._last_error = ""
         self._last_frame: InputFrame | None = None
+        self._last_placed: int | None = None   # index of the newest frame that got its pose
+        self._last_map_pose: np.ndarray | None = None   # T_M_camera where the last ended stream stopped
         self._model_ms = 0.0
         self._warned_trajectory_bound = False
         self._restart_reason = ""
-        self.robot = RobotFrames(settings)
-        self._new_stream(self._fresh_placement())
+        self._stream = self._new_stream(*self.robot.first_stream())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
 
     # -- per-stream state ------------------------------------------------------------------------
 
-    def _new_stream(self, placement: Placement) -> None:
-        self._placement = placement
-        self._awaiting: collections.deque[Pending] = collections.deque()   # phase-1 buffering
-        # (index, rerun) of the session's stored phase-2 frames, newest last, for rollback: only
-        # frames still in the cache can be rolled back, so the newest of them are enough.
-        self._stored: collections.deque[tuple[int, bool]] = collections.deque(
-            maxlen=self.settings.scale_frames + self.settings.sliding_window + 1)
-        self._has_results = False        # phase 1 is over
-        self._untrusted_next = True
-        self._input_wh: tuple[int, int] | None = None
-        # Points of the newest stored keyframe, kept out of the map while that frame can still be
-        # rolled back; merged when the next keyframe comes, or before the map is read.
-        self._unmerged: tuple[np.ndarray, np.ndarray] | None = None
-        self._unmerged_index: int | None = None
-        self._last_pose: np.ndarray | None = None
-        if self.motion is not None:
-            self.motion.reset()
-        self.stamps.reset()
-        self.long_run.reset()
-        self.robot.restart()
-        if self.windows is not None:
-            self.windows.reset()
+    def _new_stream(self, placement, frames: StreamFrames) -> StreamState:
+        s = self.settings
+        windows = LiveWindows(s.window_rule(), s.window_alignment) if s.long_run_policy == "windowed" else None
+        return StreamState(placement=placement, frames=frames,
+                           stamps=StampPolicy(s.max_stamp_gap_s, s.max_stamp_jitter_s),
+                           windows=windows, run=self._new_run())
+
+    def _new_run(self) -> SessionRun:
+        s = self.settings
+        motion = MotionPolicy(s.keyframe_min_parallax_px) if s.keyframe_policy == "motion" else None
+        return SessionRun.new(s.scale_frames + s.sliding_window + 1, s.keyframe_interval, motion)
 
     # -- verbs -----------------------------------------------------------------------------------
 
@@ -136,82 +124,94 @@ class Mapper:
 
     def process(self, frame: InputFrame) -> StepOutcome:
         outcome = StepOutcome()
-        verdict = self.stamps.check(frame.stamp_ns)
+        verdict = self._stream.stamps.check(frame.stamp_ns, frame.gap_ns)
         if verdict.action == DROP:
             self._reject(outcome, verdict.reason)
             return self._done(outcome)
         if verdict.action != ACCEPT:
-            self._restart(outcome, verdict.reason, keep_map=False)
+            self._end_stream(outcome, verdict.reason, keep_map=False)
         try:
             image = self.preprocessor(frame.rgb)
         except ImageError as error:
             self._reject(outcome, f"image skipped: {error}")
             return self._done(outcome)
         size = (frame.rgb.shape[1], frame.rgb.shape[0])
-        if self._input_wh is not None and size != self._input_wh:
-            self._restart(outcome, f"image size changed from {self._input_wh[0]}x{self._input_wh[1]} to "
-                                   f"{size[0]}x{size[1]}", keep_map=True)
-        self._input_wh = size
-        self.stamps.accept(frame.stamp_ns)
+        known = self._stream.input_wh
+        if known is not None and size != known:
+            self._end_stream(outcome, f"image size changed from {known[0]}x{known[1]} to {size[0]}x{size[1]}",
+                             keep_map=True)
+        state = self._stream
+        state.input_wh = size
+        state.stamps.accept(frame.stamp_ns)
         index = self._frames_in
         self._frames_in += 1
         self._last_frame = frame
         self._model_ms = 0.0
         try:
-            if self.windows is not None and self.windows.switch_due:
+            if state.windows is not None and state.windows.switch_due:
                 self._switch_window(outcome)
             self._run(outcome, Pending(frame, index, 0, False, image))
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
-            self._fail(outcome, frame, error)
+            self._fail(outcome, frame, index, error)
             return self._done(outcome)
-        self._counts["processed"] += 1
         reason = self.long_run.restart_reason(self.session.stats())
         if reason:
-            self._restart(outcome, reason, keep_map=True)
+            self._end_stream(outcome, reason, keep_map=True)
         return self._done(outcome)
 
     def finish(self) -> StepOutcome:
         """End of the input: a stream shorter than num_scale_frames runs as a short phase 1, and
         every provisional output becomes final. The map holds every keyframe afterwards."""
         outcome = StepOutcome()
-        with torch.inference_mode():
-            self._place(outcome, self.session.close_scale_phase())
-        self._finalise_provisional(outcome)
-        self._merge_points()
+        self._close(outcome, lost=False)
+        self._store.merge()
         return self._done(outcome)
 
     def reset(self, reason: str) -> StepOutcome:
         outcome = StepOutcome()
-        self._restart(outcome, reason, keep_map=False)
+        self._end_stream(outcome, reason, keep_map=False)
         return self._done(outcome)
 
     def rollback_last_frame(self) -> str:
-        """Undo the newest stored frame: cache, pose (trajectory), points (if not yet merged).
-        Raises NothingToRollback when there is none (phase-1 frames need a reset)."""
+        """Undo the newest frame: cache, pose (trajectory), points (if not yet merged). Raises
+        NothingToRollback, having changed nothing, when the newest frame cannot be undone: none
+        given, a phase-1 frame already placed, a frame not stored in the cache (keyframe
+        interval, motion policy) or one a window runs again for its alignment."""
+        state = self._stream
+        run, windows = state.run, state.windows
+        buffered = bool(run.awaiting)
+        if not buffered:
+            if not run.stored:
+                raise NothingToRollback("no stored phase-2 frame to roll back (phase-1 frames need a reset)")
+            if not run.given or run.given[-1] != run.stored[-1]:
+                newest = run.given[-1] if run.given else "?"
+                raise NothingToRollback(
+                    f"the newest frame ({newest}) is not stored in the cache (not a keyframe): only the "
+                    "newest frame can be rolled back, and only while it is stored")
+        why = windows.refuses_rollback(had_result=not buffered) if windows is not None else ""
+        if why:
+            raise NothingToRollback(why)
         before = self._cache_numbers()[0]
-        if not self._awaiting and self._stored and self._stored[-1][1]:
-            raise NothingToRollback("the newest stored frame was run again to align two windows; "
-                                    "it cannot be rolled back")
-        self.session.rollback_last_frame()
-        if self._awaiting:                      # a buffered phase-1 frame was dropped
-            self._awaiting.pop()                # its index stays used: indices never repeat
-            if self.windows is not None:
-                self.windows.forget_newest(had_result=False)
+        self.session.rollback_last_frame()        # refuses before changing anything
+        run.given.pop()
+        if buffered:                               # a buffered phase-1 frame was dropped
+            run.awaiting.pop()                     # its index stays used: indices never repeat
+            if windows is not None:
+                windows.forget_newest(had_result=False)
             self._set_state(INITIALISING, self._init_text())
             self._publish_snapshot()
             return "dropped the newest buffered scale frame"
-        index = self._stored.pop()[0]
-        self.trajectory.remove(index)
-        if self.windows is not None:
-            self.windows.forget_newest(had_result=True)
-            if self.windows.provisional.pop(index, None) is not None:
-                self._unmerged_index = None
-        removed = self._unmerged is not None and self._unmerged_index == index
-        if removed:
-            self._unmerged = None
+        index = run.stored.pop()
+        self._store.remove_pose(index)
+        provisional = windows.forget_newest(had_result=True) if windows is not None else None
+        self._counts["rolled_back"] += 1
+        if provisional is not None:
+            points = "it was provisional: its points were never in the map"
+        elif self._store.drop_held(index):
+            points = "its points left the map"
+        else:
+            points = "its points were already merged into the map and stay"
         self._publish_snapshot()
-        points = ("its points left the map" if removed else
-                  "its points were already merged into the map and stay")
         return (f"rolled back frame {index}: {before} frames in cache before, {self._cache_numbers()[0]} "
                 f"after; {points}")
 
@@ -225,12 +225,7 @@ class Mapper:
 
     def close(self) -> None:
         """Stop the map builder's thread (the owner is done with this Mapper)."""
-        self._map.close()
-
-    @property
-    def voxel_map(self) -> VoxelMap:
-        """The map with every finished keyframe in (waits for the map builder)."""
-        return self._map.map
+        self._store.close()
 
     def apply_live(self, settings: MapperSettings) -> None:
         """New values of LIVE settings (between frames; the others must not change)."""
@@ -241,9 +236,10 @@ class Mapper:
         if fixed:
             raise SettingsError(f"{fixed} cannot change while the Mapper runs")
         self.settings = settings
-        if self.motion is not None:
-            self.motion.min_parallax_px = settings.keyframe_min_parallax_px
-        self.stamps.set_limits(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
+        state = self._stream
+        if state.run.motion is not None:
+            state.run.motion.min_parallax_px = settings.keyframe_min_parallax_px
+        state.stamps.set_limits(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
         self.long_run = make_long_run_policy(settings)
 
     def map_points(self) -> tuple[np.ndarray, np.ndarray]:
@@ -251,63 +247,86 @@ class Mapper:
         (merged for good: a later rollback no longer removes its points). A windowed run's
         provisional keyframes are in it with their current values, as if the stream ended here;
         they enter the map itself only when final."""
-        self._merge_points()
-        provisional = [o for o in self.windows.provisional.values() if o.is_keyframe] if self.windows else []
-        voxel_map = self.voxel_map
-        if provisional:
-            voxel_map = voxel_map.copy()
-            for output in provisional:
-                voxel_map.insert(*output.internal_points(self.settings.min_confidence,
-                                                         self.settings.map_points_stride))
-        xyz, rgb = voxel_map.points()
-        return self.robot.points(xyz), rgb
+        s, windows = self.settings, self._stream.windows
+        provisional = [o.internal_points(s.min_confidence, s.map_points_stride)
+                       for o in (windows.provisional() if windows is not None else []) if o.is_keyframe]
+        return self._store.points(self._stream.frames.conversion, provisional)
 
     def saved_trajectory(self) -> Trajectory:
-        """The robot base's poses in map with the current scale (what save() writes)."""
-        out = Trajectory()
-        for entry in self.trajectory:
-            out.append(entry.stamp_s, self.robot.base_pose(entry.c2w), key=entry.key)
-        return out
+        """The robot base's poses in map (what save() writes), oldest first."""
+        return self._store.trajectory(self._stream.frames.conversion)
+
+    def path_poses(self, count: int | None = None) -> list[tuple[StampedPose, object]]:
+        """The newest ``count`` poses (None: all), oldest first, as (entry, conversion) with
+        T_M_base = conversion.base_pose(entry.c2w), or entry.c2w itself where conversion is None.
+        Both are immutable, so a caller may cache what it built from them by identity."""
+        store = self._store
+        return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
+
+    def window_records(self) -> list:
+        """The windows of what is saved (ended streams still in the map, then the current one)."""
+        windows = self._stream.windows
+        return self._records + (windows.records if windows is not None else [])
 
     def save(self, directory: str | Path) -> SavedMap:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
-        write_ply(ply, xyz, rgb)
         trajectory = self.saved_trajectory()
+        write_ply(ply, xyz, rgb)
         write_tum(tum, trajectory)
         write_preview(directory / "preview.png", xyz, trajectory.c2w()[:, :3, 3],
-                      units="m" if self.robot.scale.known else "model units")
-        if self.windows is not None:
-            write_windows(directory / "windows.csv", self.windows.records)
+                      units="m" if self._stream.frames.conversion.metric.known else "model units")
+        if self._stream.windows is not None:
+            write_windows(directory / "windows.csv", self.window_records())
         self._publish_snapshot()
-        return SavedMap(str(ply), str(tum), len(xyz), len(self.trajectory))
+        return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
+
+    def add_odometry(self, stamp_ns: int, pose: np.ndarray) -> bool:
+        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old)."""
+        return self.robot.odometry.add(stamp_ns, pose)
+
+    def odometry_at(self, stamp_ns: int) -> np.ndarray | None:
+        """T_odom_base interpolated at ``stamp_ns`` (any thread), None where not known."""
+        return self.robot.odometry.at(stamp_ns)
+
+    def set_camera_mount(self, base_camera: np.ndarray, source: str) -> bool:
+        """T_base_camera from TF, before the first frame (the map frame is defined by it); False
+        once frames were processed (the mount then stays what it was)."""
+        if self._frames_in:
+            return False
+        self.robot.set_mount(base_camera, source)
+        self._stream = self._new_stream(*self.robot.first_stream())
+        self._publish_snapshot()
+        return True
 
     # -- internals -------------------------------------------------------------------------------
 
     def _run(self, outcome: StepOutcome, pending: Pending) -> None:
         """Give one frame to the session and place whatever results come back."""
-        session = self.session
-        in_phase2 = self._has_results
-        if self.windows is not None:
-            self.windows.enter(pending)
-        self._awaiting.append(pending)
+        session, state = self.session, self._stream
+        run = state.run
+        in_phase2 = run.has_results
+        if state.windows is not None:
+            state.windows.enter(pending)
+        run.awaiting.append(pending)
+        run.given.append(pending.index)
         start = time.perf_counter()
         with torch.inference_mode():
             # Motion policy: store the frame (deferred eviction keeps the rollback exact), then
             # keep it and flush if the view moved enough, or roll it back. Scale frames are kept.
-            results = session.step(pending.image, keyframe=True if self.motion is not None else None)
+            results = session.step(pending.image, keyframe=True if run.motion is not None else None)
             kept = True
-            if self.motion is not None:
-                moved = self.motion.is_keyframe(pending.frame.rgb)   # phase 1: sets the reference
+            if run.motion is not None:
+                moved = run.motion.is_keyframe(pending.frame.rgb)   # phase 1: sets the reference
                 if in_phase2:
                     if moved:
                         session.flush()
                     else:
                         session.rollback_last_frame()
                         kept = False
-            self._map.release()   # the map thread works while this one waits (map_builder.py)
+            self._store.release()   # the map thread works while this one waits (map_builder.py)
             if pending.image.is_cuda:
                 # The step only queues GPU work; the model time ends when the outputs are ready
                 # (they are copied to the host next anyway).
@@ -317,153 +336,156 @@ class Mapper:
             self._set_state(INITIALISING, self._init_text())
             return
         if in_phase2 and kept and results[0].is_keyframe:
-            self._stored.append((pending.index, pending.rerun))   # not the image: no tensor is kept
+            run.stored.append(pending.index)      # not the image: no tensor is kept
         self._place(outcome, results, keyframe_kept=kept)
 
     def _place(self, outcome: StepOutcome, results, keyframe_kept: bool = True) -> None:
         """Session results, one per awaiting frame in order -> placed outputs."""
+        state = self._stream
+        windows = state.windows
         batch = len(results) > 1
         for result in results:
-            pending = self._awaiting.popleft()
+            pending = state.run.awaiting.popleft()
             is_keyframe = bool(result.is_keyframe) and (keyframe_kept or batch)
-            trusted = not (batch or self._untrusted_next)
-            self._untrusted_next = False
-            if self.windows is None:
+            trusted = not (batch or state.untrusted_next)
+            state.untrusted_next = False
+            if windows is None:
                 self._emit(outcome, pending, result, is_keyframe, trusted, final=True)
                 continue
-            for ready, warped in self.windows.place(pending, result):
+            for ready, warped in windows.place(pending, result):
                 keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
                 if ready.rerun:
-                    self._finalise_overlap(outcome, ready, warped, keyframe)
+                    self._rerun(outcome, ready, warped, keyframe)
                 else:
-                    self._emit(outcome, ready, warped, keyframe, trusted, self.windows.is_final(ready.position))
+                    self._emit(outcome, ready, warped, keyframe, trusted, windows.is_final(ready.position))
         if results:
-            self._has_results = True
+            state.run.has_results = True
             self._restart_reason = ""
             self._set_state(TRACKING, "tracking")
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
-        internal = self._placement.camera_pose(to_numpy(result.extrinsic))
-        return MapperOutput(frame=pending.frame, index=pending.index,
-                            camera_pose=self.robot.camera_pose(internal), base_pose=self.robot.base_pose(internal),
-                            internal_pose=internal, trusted=trusted, is_keyframe=is_keyframe,
-                            provisional=not final, placement=self._placement, result=result, frames=self.robot)
-
-    def _fresh_placement(self) -> Placement:
-        """A stream with no earlier one to continue from: its first camera at the internal origin."""
-        return Placement(rotation=self.robot.rotation.copy())
-
-    def set_camera_mount(self, base_camera: np.ndarray, source: str) -> bool:
-        """T_base_camera from TF, before the first frame (the map frame is defined by it); False
-        once frames were processed (the mount then stays what it was)."""
-        if self._frames_in:
-            return False
-        self.robot.set_mount(base_camera, source)
-        self._placement = self._fresh_placement()
-        self._publish_snapshot()
-        return True
+        state = self._stream
+        internal = state.placement.camera_pose(to_numpy(result.extrinsic))
+        conversion = state.frames.conversion
+        return MapperOutput(frame=pending.frame, index=pending.index, camera_pose=conversion.camera_pose(internal),
+                            base_pose=conversion.base_pose(internal), internal_pose=internal, trusted=trusted,
+                            is_keyframe=is_keyframe, provisional=not final, placement=state.placement,
+                            result=result, conversion=conversion)
 
     def _emit(self, outcome, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> None:
         """A frame's first output: published now; final now or when its window's successor ran."""
         output = self._output(pending, result, is_keyframe, trusted, final)
-        self._record_pose(outcome, output)
+        store = self._store
+        if store.num_poses() == store.max_poses and not self._warned_trajectory_bound:
+            self._warned_trajectory_bound = True
+            outcome.notices.append(Notice(BOUND, (
+                f"the trajectory holds max_trajectory_poses={store.max_poses} poses: the oldest "
+                "are dropped from now on (the saved trajectory starts later)")))
+        store.add_pose(output.index, output.stamp_ns, output.internal_pose)
+        self._counts["processed"] += 1
+        self._last_placed = output.index
         outcome.new.append(output)
         if final:
             self._finalise(outcome, output)
         else:
-            self.windows.provisional[output.index] = output
+            self._stream.windows.hold(output)
 
-    def _finalise_overlap(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
-        """An overlap frame run again by the next window: that run's value is the final one."""
-        self.windows.provisional.pop(pending.index, None)
-        output = self._output(pending, result, is_keyframe, True, final=True)
-        self.trajectory.replace(output.index, output.internal_pose)
-        self._finalise(outcome, output)
+    def _rerun(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
+        """An overlap frame run again by the next window: this run's value replaces the earlier
+        one, final unless the frame is in this window's overlap too (overlap > L - overlap)."""
+        windows = self._stream.windows
+        final = windows.is_final(pending.position)
+        output = self._output(pending, result, is_keyframe, True, final=final)
+        self._store.replace_pose(output.index, output.internal_pose)
+        if final:
+            windows.finalised(pending.index)
+            self._finalise(outcome, output)
+        else:
+            windows.hold(output)
+            outcome.revised.append(output)
 
     def _finalise(self, outcome, output: MapperOutput) -> None:
         outcome.final.append(output)
         if output.is_keyframe:   # the previous keyframe can no longer be rolled back on its own
-            self.robot.keyframe(output.stamp_ns, output.internal_pose)
-            self._merge_points()
-            self._unmerged = output.internal_points(self.settings.min_confidence, self.settings.map_points_stride)
-            self._unmerged_index = output.index
+            frames = self._stream.frames
+            frames.keyframe(output.stamp_ns, output.internal_pose)
+            self._store.set_pitch(frames.conversion)
+            self._store.hold(output.index, output.internal_points(self.settings.min_confidence,
+                                                                  self.settings.map_points_stride))
 
-    def _finalise_provisional(self, outcome: StepOutcome) -> None:
-        """The stream ends here (input over, restart): the window's provisional outputs are final."""
-        if self.windows is None:
-            return
-        for output in self.windows.provisional.values():
-            self._finalise(outcome, dataclasses.replace(output, provisional=False))
-        self.windows.provisional.clear()
+    def _close(self, outcome: StepOutcome, lost: bool) -> None:
+        """The stream's input ends here: buffered frames run as a short phase 1 (``lost``: they
+        are dropped, the session may be mid-step), provisional outputs become final."""
+        state = self._stream
+        if lost:
+            state.run.awaiting.clear()
+        else:
+            with torch.inference_mode():
+                self._place(outcome, self.session.close_scale_phase())
+        if state.windows is not None:
+            for output in state.windows.end():
+                self._finalise(outcome, dataclasses.replace(output, provisional=False))
 
     def _switch_window(self, outcome: StepOutcome) -> None:
-        """The current window is full: start the next one from its last ``ov`` frames."""
+        """The current window is full: a new session run starts from its last ``ov`` frames."""
+        state = self._stream
         with torch.inference_mode():
             self.session.reset()
-        if self.motion is not None:
-            self.motion.reset()
-        self._has_results = False
-        self._stored.clear()
-        self.robot.window_switch()
-        for pending in self.windows.next_window():
+        state.run = self._new_run()
+        state.frames.window_switch()
+        for pending in state.windows.next_window():
             self._run(outcome, pending)
 
-    def _record_pose(self, outcome: StepOutcome, output: MapperOutput) -> None:
-        trajectory = self.trajectory
-        if len(trajectory) == trajectory.max_length and not self._warned_trajectory_bound:
-            self._warned_trajectory_bound = True
-            outcome.notices.append(Notice(BOUND, (
-                f"the trajectory holds max_trajectory_poses={trajectory.max_length} poses: the oldest "
-                "are dropped from now on (the saved trajectory starts later)")))
-        trajectory.append(output.stamp_ns / 1e9, output.internal_pose, key=output.index)
-        self._last_pose = output.internal_pose
-
-    def _merge_points(self) -> None:
-        if self._unmerged is not None:
-            self._map.insert(*self._unmerged)
-            self._unmerged = None
-
-    def _restart(self, outcome: StepOutcome, reason: str, keep_map: bool) -> None:
-        """Start a new stream. Buffered scale frames run first (a short phase 1), so that every
-        processed frame gets its pose. keep_map: the map and trajectory continue from the last
-        pose; otherwise both are cleared."""
-        with torch.inference_mode():
-            self._place(outcome, self.session.close_scale_phase())
-        self._finalise_provisional(outcome)
+    def _end_stream(self, outcome: StepOutcome, reason: str, keep_map: bool, lost: bool = False) -> None:
+        """The one way a stream ends (reset, restart, failure) and the next one starts. Buffered
+        scale frames run first (a short phase 1, unless ``lost``), so that every processed frame
+        gets its pose. keep_map: the map and trajectory continue from the last pose, the ended
+        stream kept at its own scale (map_store.py); otherwise both are cleared."""
+        self._close(outcome, lost)
         self.session.reset()
-        self._merge_points()
-        if keep_map and self._last_pose is not None:
-            placement = self._placement.continuing_from(self._last_pose)
+        state = self._stream
+        conversion = state.frames.conversion
+        if keep_map:
+            newest = self._store.newest_poses(1, conversion)
+            last = newest[0][0].c2w if newest and newest[0][1] is conversion else None   # T_I_camera
+            if state.windows is not None:
+                self._records += state.windows.records
+            if self.robot.constant_scale:      # one internal frame and conversion for every stream
+                self._store.merge()
+                placement, frames = (self.robot.continuing_in(conversion, last) if last is not None
+                                     else self.robot.first_stream())
+            else:                              # the ended stream goes into map once, at its scale
+                if last is not None:
+                    self._last_map_pose = conversion.camera_pose(last)
+                self._store.end_stream(conversion)
+                placement, frames = (self.robot.continuing_stream(self._last_map_pose)
+                                     if self._last_map_pose is not None else self.robot.first_stream())
         else:
-            placement = self._fresh_placement()
-            self.voxel_map.clear()
-            self.trajectory.clear()
-        self._new_stream(placement)
+            self._counts["cleared"] += self._store.clear()
+            self._records, self._last_map_pose = [], None
+            placement, frames = self.robot.first_stream()
+        # The odometry buffer starts over (a looped bag's odometry goes back in time with its images).
+        self.robot.odometry.clear()
+        self._stream = self._new_stream(placement, frames)
         self._counts["restarts"] += 1
-        kept = "map continues from the last pose" if keep_map else "map cleared"
         self._restart_reason = reason
         self._set_state(RESET, f"reset: {reason}")
-        outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
+        if not lost:
+            kept = "map continues from the last pose" if keep_map else "map cleared"
+            outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
 
-    def _fail(self, outcome: StepOutcome, frame: InputFrame, error: Exception) -> None:
+    def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
         text = (f"model failed on the frame stamped {frame.stamp_ns / 1e9:.3f}: "
                 f"{type(error).__name__}: {error}")
-        self._counts["failed"] += 1
+        lost = {p.index for p in self._stream.run.awaiting if not p.rerun}
+        if self._last_placed != index:
+            lost.add(index)
+        self._counts["failed"] += len(lost)
         self._last_error = text
         outcome.notices.append(Notice(FAILED, text + " (stream restarted, continuing)"))
         if self.bundle.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        # The session may be mid-step: drop what it buffered instead of running it again.
-        self._awaiting.clear()
-        self._finalise_provisional(outcome)
-        self.session.reset()
-        self._merge_points()
-        placement = self._placement.continuing_from(self._last_pose) if self._last_pose is not None \
-            else self._fresh_placement()
-        self._new_stream(placement)
-        self._counts["restarts"] += 1
-        self._restart_reason = "model error"
-        self._set_state(RESET, "reset: model error")
+        self._end_stream(outcome, "model error", keep_map=True, lost=True)
 
     def _reject(self, outcome: StepOutcome, text: str) -> None:
         self._counts["rejected"] += 1
@@ -475,7 +497,7 @@ class Mapper:
         return outcome
 
     def _init_text(self) -> str:
-        text = f"initialising {len(self._awaiting)}/{self.settings.num_scale_frames}"
+        text = f"initialising {len(self._stream.run.awaiting)}/{self.settings.num_scale_frames}"
         # Until the new stream tracks, its state says why it restarted.
         return f"{text} (restarted: {self._restart_reason})" if self._restart_reason else text
 
@@ -492,12 +514,12 @@ class Mapper:
         return stats["frames_stored"], pages, nbytes
 
     def _scale_fields(self) -> dict:
-        state = self.robot.scale
+        state = self._stream.frames.source.state()
         return {"scale_known": state.known, "scale": state.scale, "scale_spread": state.spread,
                 "scale_text": state.reason, "camera_mount": self.robot.mount_source}
 
     def _window_fields(self) -> dict:
-        windows = self.windows
+        windows = self._stream.windows
         if windows is None:
             return {}
         return {"window": windows.number, "window_scale": windows.last_scale,
@@ -505,12 +527,13 @@ class Mapper:
 
     def _publish_snapshot(self) -> None:
         keyframes, pages, nbytes = self._cache_numbers()
-        last = self._last_frame
+        last, counts = self._last_frame, self._counts
         self._snapshot = MapperSnapshot(
-            state=self._state, state_text=self._state_text, init_frames=len(self._awaiting),
-            init_frames_needed=self.settings.num_scale_frames, processed=self._counts["processed"],
-            rejected=self._counts["rejected"], failed=self._counts["failed"],
-            restarts=self._counts["restarts"], keyframes=keyframes, cache_pages=pages, cache_bytes=nbytes,
-            model_ms=self._model_ms, map_points=len(self._map), trajectory_poses=len(self.trajectory),
-            last_error=self._last_error, **self._window_fields(), **self._scale_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
+            state=self._state, state_text=self._state_text, init_frames=self._stream.run.buffered_new(),
+            init_frames_needed=self.settings.num_scale_frames, processed=counts["processed"],
+            rejected=counts["rejected"], failed=counts["failed"], restarts=counts["restarts"],
+            rolled_back=counts["rolled_back"], cleared=counts["cleared"], keyframes=keyframes,
+            cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
+            trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
+            **self._scale_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
             last_source=None if last is None else last.source)

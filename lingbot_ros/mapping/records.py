@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..stream import FrameResult
-from .frames import Placement
+from .frames import MapConversion, Placement
 from .points import image_to_rgb_uint8, select_points
 
 # MapStatus.STATE_* values (msg/MapStatus.msg); the mapping layer owns their meaning.
@@ -26,6 +26,13 @@ class InputFrame:
     frame_id: str = ""
     source: Any = None
     received_ns: int = 0       # time.monotonic_ns() when the front end got it
+    gap_ns: int | None = None  # the input's forward stamp gap before it (stamps.ReceivedGaps)
+
+    def after_dropped(self, older: "InputFrame") -> "InputFrame":
+        """This frame in place of ``older``, which was skipped: the gap before it spans both."""
+        if self.gap_ns is None or older.gap_ns is None:
+            return dataclasses.replace(self, gap_ns=None)   # unknown: the stamps' difference decides
+        return dataclasses.replace(self, gap_ns=max(self.gap_ns, older.gap_ns))
 
 
 @dataclasses.dataclass
@@ -40,13 +47,13 @@ class MapperOutput:
     index: int                 # frames processed since configure (one number per input frame)
     camera_pose: np.ndarray    # [4, 4] T_map_camera (camera optical frame), metres once scaled
     base_pose: np.ndarray      # [4, 4] T_map_base (the robot's base_frame)
-    internal_pose: np.ndarray  # [4, 4] the camera in the Mapper's internal frame (robot.py)
+    internal_pose: np.ndarray  # [4, 4] the camera in the Mapper's internal frame (frames.py)
     trusted: bool              # False for the phase-1 batch and the first pose after a restart
     is_keyframe: bool
     provisional: bool
     placement: Placement       # internal-frame pose of the model world this result came from
     result: FrameResult        # model outputs in that world (tensors on the model's device)
-    frames: Any = None         # the RobotFrames that placed it (internal -> map)
+    conversion: MapConversion | None = None   # internal -> map as it was when made (None: identity)
 
     @property
     def stamp_ns(self) -> int:
@@ -55,7 +62,7 @@ class MapperOutput:
     @property
     def depth(self) -> torch.Tensor:
         """[H, W] depth along the optical axis in map units (metres once the scale is known)."""
-        scale = self.frames.scale.scale if self.frames is not None else 1.0
+        scale = self.conversion.scale if self.conversion is not None else 1.0
         return self.result.depth * scale if scale != 1.0 else self.result.depth
 
     def internal_points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,7 +77,7 @@ class MapperOutput:
     def points(self, min_confidence: float, stride: int) -> tuple[np.ndarray, np.ndarray]:
         """The same points in ``map``."""
         xyz, rgb = self.internal_points(min_confidence, stride)
-        return (self.frames.points(xyz) if self.frames is not None else xyz), rgb
+        return (self.conversion.points(xyz) if self.conversion is not None else xyz), rgb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +97,13 @@ class StepOutcome:
 
     ``new``: outputs of frames seen for the first time (publish them); ``final``: outputs whose
     value is now final (a file writer writes these, each frame exactly once over a run; for a
-    non-windowed run they are the same objects as ``new``).
+    non-windowed run they are the same objects as ``new``); ``revised``: provisional outputs
+    given a new, still provisional value (a frame in the overlap of two windows after its own).
     """
 
     new: list[MapperOutput] = dataclasses.field(default_factory=list)
     final: list[MapperOutput] = dataclasses.field(default_factory=list)
+    revised: list[MapperOutput] = dataclasses.field(default_factory=list)   # provisional, new value
     notices: list[Notice] = dataclasses.field(default_factory=list)
 
 
@@ -105,12 +114,14 @@ class MapperSnapshot:
 
     state: int = WAITING
     state_text: str = "waiting for images"
-    init_frames: int = 0
+    init_frames: int = 0       # new frames buffered for phase 1 (not yet processed)
     init_frames_needed: int = 0
-    processed: int = 0
+    processed: int = 0         # frames placed (a phase-1 frame counts once its pose is out)
     rejected: int = 0
-    failed: int = 0
+    failed: int = 0            # frames lost to a model failure (the failing one and those buffered)
     restarts: int = 0
+    rolled_back: int = 0       # placed frames undone by rollback_last_frame
+    cleared: int = 0           # placed frames whose poses a map-clearing restart dropped
     keyframes: int = 0         # frames stored in the attention cache now
     cache_pages: int = 0
     cache_bytes: int = 0

@@ -1,16 +1,8 @@
-"""The robot's frames: where the camera sits on the base, and the metric scale.
+"""The robot's frames: where the camera sits on the base, its odometry, and each stream's metric scale.
 
-The Mapper works in an internal frame I: the first camera at the origin, axes those of the robot
-base at the start (the model world rotated by the mount's rotation), model units. The published
-``map`` frame M is the robot base at the start (REP 105), in metres when the scale is known:
-
-    p_M = s * p_I + t_bc            T_M_camera = [R_I_camera | s * c_I + t_bc]
-    T_M_base = T_M_camera @ inverse(T_base_camera)
-
-with T_base_camera = [R_bc | t_bc] the camera mount (the image frame in base_frame) and s the
-metric scale (1 until known). Everything leaves the Mapper through this conversion, evaluated
-with the current scale, so a saved map and trajectory are at one scale even while the estimate
-moves; the stored map and trajectory stay in I.
+``RobotFrames`` holds what outlives a stream: the camera mount (T_base_camera, from TF or the
+setting) and the odometry buffer. ``StreamFrames`` is one stream's part: its scale source and the
+``MapConversion`` (frames.py) it gives, replaced whenever the scale estimate changes.
 """
 from __future__ import annotations
 
@@ -18,8 +10,8 @@ import math
 
 import numpy as np
 
-from .frames import rigid_inverse
-from .metric_scale import MetricScale, make_scale_source
+from .frames import MapConversion, Placement, rigid_inverse
+from .metric_scale import ScaleSource, make_scale_source
 from .odometry import OdometryBuffer
 from .settings import MapperSettings
 
@@ -43,42 +35,57 @@ def parse_mount(text: str) -> np.ndarray:
 
 class RobotFrames:
     def __init__(self, settings: MapperSettings):
+        self.settings = settings
         self.set_mount(parse_mount(settings.camera_mount), "the camera_mount setting")
-        self.scale_source = make_scale_source(
-            settings.scale_source, settings.scale, window_pairs=settings.scale_window_pairs,
-            min_pairs=settings.scale_min_pairs, min_motion_m=settings.scale_min_motion_m,
-            max_spread=settings.scale_max_spread)
         self.odometry = OdometryBuffer()
-        self._last_keyframe_ns: int | None = None
-        self._state = self.scale_source.state()
 
     def set_mount(self, base_camera: np.ndarray, source: str) -> None:
         """T_base_camera (where it came from, for the log: TF or the setting)."""
         self.mount = np.asarray(base_camera, dtype=np.float64)
         self.mount_source = source
-        self._camera_base = rigid_inverse(self.mount)
+
+    def first_stream(self) -> tuple[Placement, "StreamFrames"]:
+        """A stream with no earlier one to continue from: its first camera at I's origin, I
+        with the base's axes, ``map``'s origin at the base."""
+        return Placement(rotation=self.mount[:3, :3].copy()), self._stream(np.zeros(3), self.mount[:3, 3].copy())
 
     @property
-    def rotation(self) -> np.ndarray:
-        """The mount's rotation: the internal frame's axes seen from the camera's optical world."""
-        return self.mount[:3, :3]
+    def constant_scale(self) -> bool:
+        """Every stream has the same scale (scale_source none or fixed): streams can share I."""
+        return self.settings.scale_source != "odometry"
 
-    @property
-    def scale(self) -> MetricScale:
-        return self._state
+    def continuing_in(self, conversion: MapConversion, camera_pose_internal: np.ndarray) \
+            -> tuple[Placement, "StreamFrames"]:
+        """A constant scale: the new stream continues in the ended one's I, from its last camera
+        (T_I_camera), with the same conversion into map."""
+        return Placement.continuing_from(camera_pose_internal), StreamFrames(
+            self._source(), conversion, self.odometry, self.mount)
 
-    def camera_pose(self, internal_pose: np.ndarray) -> np.ndarray:
-        """T_I_camera -> T_M_camera."""
-        pose = internal_pose.copy()
-        pose[:3, 3] = self._state.scale * internal_pose[:3, 3] + self.mount[:3, 3]
-        return pose
+    def continuing_stream(self, camera_pose_map: np.ndarray) -> tuple[Placement, "StreamFrames"]:
+        """A scale of its own (odometry): the new stream continues the map from
+        ``camera_pose_map`` (T_M_camera), its I is ``map`` itself, scaled about its first camera."""
+        origin = camera_pose_map[:3, 3].copy()
+        return Placement.continuing_from(camera_pose_map), self._stream(origin, origin)
 
-    def base_pose(self, internal_pose: np.ndarray) -> np.ndarray:
-        """T_I_camera -> T_M_base."""
-        return self.camera_pose(internal_pose) @ self._camera_base
+    def _source(self) -> ScaleSource:
+        s = self.settings
+        return make_scale_source(s.scale_source, s.scale, window_pairs=s.scale_window_pairs,
+                                 min_pairs=s.scale_min_pairs, min_motion_m=s.scale_min_motion_m,
+                                 max_spread=s.scale_max_spread)
 
-    def points(self, xyz_internal: np.ndarray) -> np.ndarray:
-        return (self._state.scale * np.asarray(xyz_internal, np.float64) + self.mount[:3, 3]).astype(np.float32)
+    def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
+        source = self._source()
+        conversion = MapConversion(source.state(), rigid_inverse(self.mount), origin_internal, origin_map)
+        return StreamFrames(source, conversion, self.odometry, self.mount)
+
+
+class StreamFrames:
+    """One stream's metric scale and its conversion into ``map``."""
+
+    def __init__(self, source: ScaleSource, conversion: MapConversion, odometry: OdometryBuffer,
+                 mount: np.ndarray):
+        self.source, self.conversion, self._odometry, self._mount = source, conversion, odometry, mount
+        self._last_keyframe_ns: int | None = None
 
     def keyframe(self, stamp_ns: int, internal_pose: np.ndarray) -> None:
         """A final keyframe: one more sample for the scale estimate (camera positions on both
@@ -86,19 +93,14 @@ class RobotFrames:
         if self._last_keyframe_ns is not None and stamp_ns <= self._last_keyframe_ns:
             return   # two frames of one stamp: the pair would have no duration
         self._last_keyframe_ns = stamp_ns
-        odom_base = self.odometry.at(stamp_ns)
-        odom_camera = None if odom_base is None else odom_base @ self.mount
-        self.scale_source.add_keyframe(stamp_ns, internal_pose[:3, 3], odom_camera)
-        self._state = self.scale_source.state()
-
-    def restart(self) -> None:
-        """A new stream: its scale is its own, estimated again; the odometry buffer starts over
-        (a looped bag's odometry goes back in time with its images)."""
-        self.scale_source.reset()
-        self.odometry.clear()
-        self._last_keyframe_ns = None
-        self._state = self.scale_source.state()
+        odom_base = self._odometry.at(stamp_ns)
+        odom_camera = None if odom_base is None else odom_base @ self._mount
+        self.source.add_keyframe(stamp_ns, internal_pose[:3, 3], odom_camera)
+        state, metric = self.source.state(), self.conversion.metric
+        # A new conversion only when what it converts with changes (outputs and ~/path key on it).
+        if (state.known, state.scale) != (metric.known, metric.scale):
+            self.conversion = self.conversion.with_metric(state)
 
     def window_switch(self) -> None:
         """A new window: no pair across the switch; the estimate goes on."""
-        self.scale_source.break_pairs()
+        self.source.break_pairs()

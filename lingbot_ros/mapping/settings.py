@@ -186,16 +186,8 @@ class MapperSettings:
 
     def __post_init__(self):
         errors = field_errors(self)
-        if self.num_scale_frames > self.scale_frames + self.sliding_window:
-            errors.append(f"'num_scale_frames' ({self.num_scale_frames}) must be at most scale_frames + "
-                          f"sliding_window ({self.scale_frames} + {self.sliding_window}): the phase-1 batch "
-                          "would be evicted while it is appended")
-        if not errors and self.long_run_policy == "windowed":
-            layout = self.window_rule().layout()
-            if layout.overlap >= layout.window_frames:
-                errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
-                              f"a window ({layout.window_frames} frames): lower overlap_size / "
-                              "overlap_keyframes or raise window_size")
+        if not errors:
+            errors = cross_field_errors(self)
         if errors:
             raise SettingsError("invalid settings: " + "; ".join(errors))
 
@@ -209,6 +201,28 @@ class MapperSettings:
 
     def warmup_size(self) -> tuple[int, int]:
         return parse_image_size(self.warmup_image_size)
+
+
+def cross_field_errors(settings: "MapperSettings") -> list[str]:
+    """The rules between fields, each the one the Mapper's parts would otherwise assert at
+    construction (so that settings that pass here never fail there)."""
+    errors = []
+    s = settings
+    if s.num_scale_frames > s.scale_frames + s.sliding_window:
+        errors.append(f"'num_scale_frames' ({s.num_scale_frames}) must be at most scale_frames + "
+                      f"sliding_window ({s.scale_frames} + {s.sliding_window}): the phase-1 batch "
+                      "would be evicted while it is appended")
+    if s.long_run_policy == "windowed":
+        layout = s.window_rule().layout()
+        if layout.overlap >= layout.window_frames:
+            errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
+                          f"a window ({layout.window_frames} frames): lower overlap_size / "
+                          "overlap_keyframes or raise window_size")
+    # MetricScaleEstimator: a median and MAD need two pairs, and the window must hold min_pairs.
+    if not 2 <= s.scale_min_pairs <= s.scale_window_pairs:
+        errors.append(f"'scale_min_pairs' ({s.scale_min_pairs}) must be >= 2 and at most scale_window_pairs "
+                      f"({s.scale_window_pairs})")
+    return errors
 
 
 def field_errors(obj) -> list[str]:

@@ -1,4 +1,4 @@
-"""Camera trajectory (stamped camera-to-world poses) and rotation <-> quaternion conversion."""
+"""Trajectories (stamped rigid poses, by key) and rotation <-> quaternion conversion."""
 from __future__ import annotations
 
 import itertools
@@ -10,12 +10,12 @@ import numpy as np
 
 class StampedPose(NamedTuple):
     stamp_s: float
-    c2w: np.ndarray  # [4, 4] float64 camera-to-world
+    c2w: np.ndarray  # [4, 4] float64 pose of a body in the trajectory's frame (MapStore: camera in I, base in map)
     key: int = -1    # the caller's id of the pose (the Mapper's frame index), for remove/replace
 
 
 class Trajectory:
-    """Stamped camera-to-world poses in arrival order.
+    """Stamped poses in arrival order.
 
     With ``max_length`` set, only the newest ``max_length`` poses are kept (oldest dropped first).
     ``remove`` and ``replace`` look a key up from the newest end: they serve the last few poses

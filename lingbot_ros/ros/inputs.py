@@ -13,6 +13,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, image_to_rgb
 from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.stamps import ReceivedGaps
 from lingbot_ros.ros import topics
 from lingbot_ros.ros.qos import KEEP_ALL_RELIABLE, input_qos
 
@@ -25,6 +26,7 @@ class Inputs:
         """Subscribe now (activate); ``destroy`` undoes it (deactivate)."""
         self.node, self.cfg, self.counters, self.inbox = node, cfg, counters, inbox
         self.camera_info_k = ""
+        self._gaps = ReceivedGaps()
         names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info)
         self.image_topic = names.image
         qos = KEEP_ALL_RELIABLE if cfg.process_all_frames else input_qos(
@@ -55,8 +57,9 @@ class Inputs:
             self._bad_input("rejected", f"image skipped: {error}")
             return
         stamp = msg.header.stamp
-        frame = InputFrame(rgb=rgb, stamp_ns=stamp.sec * 10**9 + stamp.nanosec, frame_id=msg.header.frame_id,
-                           source=stamp, received_ns=received_ns)
+        stamp_ns = stamp.sec * 10**9 + stamp.nanosec
+        frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, source=stamp,
+                           received_ns=received_ns, gap_ns=self._gaps.gap_ns(stamp_ns))
         self.counters.add("dropped", self.inbox.put(frame))
 
     def _on_camera_info(self, msg) -> None:

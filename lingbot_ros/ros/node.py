@@ -109,8 +109,7 @@ class MapNode(LifecycleNode):
                 seconds = self.worker.submit(self.mapper.warm_up).result(timeout=WARMUP_TIMEOUT_S)
                 self.get_logger().info(f"warm-up done in {seconds:.1f} s")
             self.outputs = Outputs.create(self)
-            self.path = PathCache(self.mapper.trajectory, self.mapper.robot, self.cfg.map_frame,
-                                  self.cfg.path_max_length)
+            self.path = PathCache(self.mapper, self.cfg.map_frame, self.cfg.path_max_length)
             self._own_services = services.create(self, self._service_group)
             self._start_timers()
             self.robot = RobotLink(self, self.cfg, self.mapper, self._image_group)
@@ -133,7 +132,7 @@ class MapNode(LifecycleNode):
         if errors:
             self.get_logger().error("activate failed, fix the parameters: " + "; ".join(errors))
             return TransitionCallbackReturn.FAILURE
-        self.worker.inbox = FrameInbox(self.cfg.process_all_frames, self.cfg.queue_size)
+        self.worker.inbox = FrameInbox(self.cfg.process_all_frames, self.cfg.queue_size, InputFrame.after_dropped)
         self.inputs = Inputs(self, self.cfg, self.counters, self.worker.inbox, self._image_group)
         self.get_logger().info(f"active: listening on {self.inputs.image_topic} ("
                                f"{'every frame, in order' if self.cfg.process_all_frames else 'newest frame wins'})")

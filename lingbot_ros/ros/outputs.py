@@ -84,7 +84,7 @@ class Outputs:
         if self.odom.get_subscription_count():
             # Not to be fused: the phase-1 batch, the first pose after a restart, and any pose
             # whose unit is not metres yet while a metric scale was asked for.
-            scale = output.frames.scale if output.frames is not None else None
+            scale = output.conversion.metric if output.conversion is not None else None
             metric_pending = scale is not None and not scale.known and scale.reason != NO_SCALE_REASON
             variance = messages.UNTRUSTED_VARIANCE if not output.trusted or metric_pending else cfg.odom_variance
             self.odom.publish(messages.odometry(output.base_pose, stamp, cfg.map_frame, cfg.base_frame, variance))
@@ -108,30 +108,30 @@ class Outputs:
 
 
 class PathCache:
-    """~/path from the Mapper's trajectory (the only record of poses): its newest poses as
-    PoseStamped messages, each built once with its image's exact stamp and rebuilt only when its
-    trajectory entry was replaced (a windowed run finalises overlap poses) or the scale changed.
-    A rolled-back or cleared pose is gone from the trajectory, so it is gone from the path too."""
+    """~/path from the Mapper's poses (the only record of them): its newest poses as PoseStamped
+    messages, each built once with its image's exact stamp and rebuilt only when its entry was
+    replaced (a windowed run finalises overlap poses) or its conversion into map changed (the
+    scale). A rolled-back or cleared pose is gone from the Mapper, so it is gone from the path too."""
 
-    def __init__(self, trajectory, frames, frame_id: str, max_length: int):
-        self.trajectory, self.frames, self.frame_id, self.max_length = trajectory, frames, frame_id, max_length
+    def __init__(self, mapper, frame_id: str, max_length: int):
+        self.mapper, self.frame_id, self.max_length = mapper, frame_id, max_length
         # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only), for
         # every pose the trajectory holds
         self._stamps: collections.OrderedDict[int, object] = collections.OrderedDict()
-        # frame index -> (the trajectory entry and scale it was built from, the message). Entries
-        # are immutable and replaced whole, so identity says "unchanged" without comparing poses.
-        self._messages: dict[int, tuple[object, float, PoseStamped]] = {}
+        # frame index -> (the entry and conversion it was built from, the message). Both are
+        # immutable and replaced whole, so identity says "unchanged" without comparing poses.
+        self._messages: dict[int, tuple[object, object, PoseStamped]] = {}
 
     def add(self, output: MapperOutput) -> None:
         self._stamps[output.index] = output.frame.source
         # As many as the trajectory holds (~/get_trajectory returns them all), oldest out first.
-        while len(self._stamps) > max(self.max_length, len(self.trajectory)):
+        while len(self._stamps) > max(self.max_length, self.mapper.snapshot.trajectory_poses):
             self._stamps.popitem(last=False)
 
     def message(self, stamp) -> Path:
-        poses, scale, built = [], self.frames.scale.scale, {}
-        for entry in self.trajectory.newest(self.max_length):
-            cached = self._built(entry, scale)
+        poses, built = [], {}
+        for entry, conversion in self.mapper.path_poses(self.max_length):
+            cached = self._built(entry, conversion)
             built[entry.key] = cached
             poses.append(cached[2])
         self._messages = built
@@ -140,15 +140,15 @@ class PathCache:
     def whole(self, stamp, start: int = 0, count: int = 0) -> tuple[Path, int]:
         """Poses ``start`` .. ``start + count`` (count 0: to the end) of the whole trajectory,
         oldest first, and how many it holds (~/get_trajectory). Leaves ~/path's cache as it is."""
-        entries = list(self.trajectory)
+        entries = self.mapper.path_poses()
         chosen = entries[start:start + count] if count else entries[start:]
-        scale = self.frames.scale.scale
-        poses = [self._built(entry, scale)[2] for entry in chosen]
+        poses = [self._built(entry, conversion)[2] for entry, conversion in chosen]
         return Path(header=messages.make_header(stamp, self.frame_id), poses=poses), len(entries)
 
-    def _built(self, entry, scale) -> tuple[object, float, PoseStamped]:
+    def _built(self, entry, conversion) -> tuple[object, object, PoseStamped]:
         cached = self._messages.get(entry.key)
-        if cached is None or cached[0] is not entry or cached[1] != scale:
+        if cached is None or cached[0] is not entry or cached[1] is not conversion:
             source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
-            cached = (entry, scale, messages.pose_stamped(self.frames.base_pose(entry.c2w), source, self.frame_id))
+            pose = entry.c2w if conversion is None else conversion.base_pose(entry.c2w)
+            cached = (entry, conversion, messages.pose_stamped(pose, source, self.frame_id))
         return cached

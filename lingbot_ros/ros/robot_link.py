@@ -48,7 +48,7 @@ class RobotLink:
                               if needs_odometry and not self.from_tf else None)
 
     def _on_odometry(self, msg) -> None:
-        self.mapper.robot.odometry.add(stamp_ns(msg.header.stamp), odometry_pose(msg))
+        self.mapper.add_odometry(stamp_ns(msg.header.stamp), odometry_pose(msg))
 
     def before_frame(self, frame) -> None:
         """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from
@@ -59,7 +59,7 @@ class RobotLink:
         if self.from_tf and self.lookup is not None and self.lookup.dynamic:
             pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
             if pose is not None:
-                self.mapper.robot.odometry.add(frame.stamp_ns, pose)
+                self.mapper.add_odometry(frame.stamp_ns, pose)
 
     def _resolve_mount(self, frame_id: str) -> None:
         logger, base = self.node.get_logger(), self.cfg.base_frame
@@ -75,7 +75,7 @@ class RobotLink:
     def publish(self, output) -> None:
         if self.tf is not None:
             self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
-                            self.mapper.robot.odometry.at(output.stamp_ns))
+                            self.mapper.odometry_at(output.stamp_ns))
 
     def describe(self) -> dict:
         """Diagnostics entries (the TF conflict, if any, comes first)."""

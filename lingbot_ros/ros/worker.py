@@ -19,9 +19,11 @@ class FrameInbox:
     waits for space, which back-pressures a reliable publisher (bag replay).
     """
 
-    def __init__(self, keep_all: bool, capacity: int):
+    def __init__(self, keep_all: bool, capacity: int, merge: Callable | None = None):
+        """``merge(new, dropped)``: the item that takes a dropped one's place (newest-frame-wins)."""
         self.keep_all = keep_all
         self.capacity = capacity if keep_all else 1
+        self._merge = merge
         self._items: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -37,7 +39,8 @@ class FrameInbox:
             if self._closed:
                 return 1
             if not self.keep_all and self._items:
-                self._items.popleft()
+                older = self._items.popleft()
+                item = self._merge(item, older) if self._merge is not None else item
                 dropped = 1
             self._items.append(item)
             self._cond.notify_all()

@@ -92,8 +92,10 @@ class NodePacing:
         return waited
 
     def _on_status(self, status) -> None:
+        # Frames buffered for phase 1 are not processed yet, but the node holds them: counting
+        # them keeps a phase 1 longer than the lead from waiting on frames that are held back.
         total = (status.frames_processed + status.frames_rejected + status.frames_failed
-                 + status.frames_dropped)
+                 + status.frames_dropped + status.init_frames)
         with self._changed:
             if self._last_total is not None:
                 # The counters restart at 0 when the node is configured again.

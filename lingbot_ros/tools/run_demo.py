@@ -138,8 +138,9 @@ def main(argv=None) -> int:
         display = Progress(args.frames, "lingbot-ros-demo", "frame", stream=sys.stdout)
         while time.monotonic() - start < args.timeout:
             status = node.status_message()
+            # Frames buffered for phase 1 are held, not processed: a save holds the processed ones.
             accounted = (status.frames_processed + status.frames_rejected + status.frames_failed
-                         + status.frames_dropped)
+                         + status.frames_dropped + status.init_frames)
             display.update(accounted, f"{status.state_text[:22]}, received {status.frames_received}, "
                                       f"dropped {status.frames_dropped}, cache pages {status.cache_pages}")
             if accounted >= args.frames:

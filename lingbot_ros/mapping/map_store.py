@@ -1,0 +1,161 @@
+"""The saved map and trajectory, at one scale whatever restarts happened.
+
+The live stream's keyframe points and poses are kept in its internal frame I (model units), so
+that a scale estimate that moves converts them all alike when they are read. A restart that
+keeps the map:
+
+- with a constant scale (scale_source none or fixed) the next stream continues in the same I
+  with the same conversion: nothing is converted, the map is what one stream would have made;
+- with a scale of each stream's own (odometry) the ended stream is converted into ``map`` once,
+  with the scale it had at its end, and joins the finished part (``end_stream``): each stream is
+  in ``map`` at its own scale, and a later stream's estimate never rescales an earlier one.
+
+Reading the map or the trajectory gives the finished part plus the live part converted with the
+current conversion.
+
+The voxel pitch is ``map_voxel_size_m`` in ``map`` units (metres once the scale is known): the live
+map's pitch in I is that divided by the stream's scale, and is set again (its voxels resampled)
+when the stream's scale first becomes known.
+
+The newest final keyframe's points stay out of the map while that frame can still be rolled back
+(``hold``); they go in when the next keyframe comes, or when the map is read.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .frames import MapConversion
+from .map_builder import MapBuilder
+from .trajectory import StampedPose, Trajectory
+from .voxel_map import VoxelMap
+
+
+class MapStore:
+    def __init__(self, voxel_size_m: float, max_points: int, max_poses: int):
+        self.voxel_size_m, self.max_points, self.max_poses = voxel_size_m, max_points, max_poses
+        self._live = MapBuilder(VoxelMap(voxel_size_m, max_points))
+        self._poses = Trajectory(max_poses)                 # live stream, T_I_camera
+        self._finished_map = VoxelMap(voxel_size_m, max_points)   # earlier streams, in map
+        self._finished_poses = Trajectory(max_poses)        # earlier streams, T_M_base
+        self._held: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
+        self._pitch_known = False
+
+    # -- poses -----------------------------------------------------------------------------------
+
+    def add_pose(self, index: int, stamp_ns: int, internal_pose: np.ndarray) -> None:
+        self._poses.append(stamp_ns / 1e9, internal_pose, key=index)
+
+    def replace_pose(self, index: int, internal_pose: np.ndarray) -> None:
+        self._poses.replace(index, internal_pose)
+
+    def remove_pose(self, index: int) -> None:
+        self._poses.remove(index)
+
+    def num_poses(self) -> int:
+        return min(len(self._finished_poses) + len(self._poses), self.max_poses)
+
+    def newest_poses(self, count: int, conversion: MapConversion) -> list[tuple[StampedPose, MapConversion | None]]:
+        """The newest ``count`` poses, oldest first, each with the conversion that makes it
+        T_M_base (None: already in map)."""
+        live = [(entry, conversion) for entry in self._poses.newest(count)]
+        earlier = self._finished_poses.newest(count - len(live)) if count > len(live) else []
+        return [(entry, None) for entry in earlier] + live
+
+    def trajectory(self, conversion: MapConversion) -> Trajectory:
+        """T_M_base of every pose kept, oldest first."""
+        out = Trajectory(self.max_poses)
+        for entry, conv in self.newest_poses(self.max_poses, conversion):
+            out.append(entry.stamp_s, entry.c2w if conv is None else conv.base_pose(entry.c2w), key=entry.key)
+        return out
+
+    # -- points ----------------------------------------------------------------------------------
+
+    def hold(self, index: int, points: tuple[np.ndarray, np.ndarray]) -> None:
+        """A final keyframe's points (in I): the previous held ones go into the map."""
+        self.merge()
+        self._held = (index, points)
+
+    def drop_held(self, index: int) -> bool:
+        """Frame ``index`` was rolled back: its points leave if they are still held."""
+        if self._held is not None and self._held[0] == index:
+            self._held = None
+            return True
+        return False
+
+    def release(self) -> None:
+        """Hand the staged inserts to the map thread (the caller is about to wait for the device)."""
+        self._live.release()
+
+    def merge(self) -> None:
+        if self._held is not None:
+            self._live.insert(*self._held[1])
+            self._held = None
+
+    def set_pitch(self, conversion: MapConversion) -> None:
+        """The stream's scale became known: voxels of ``map_voxel_size_m`` metres from now on."""
+        if self._pitch_known or not conversion.metric.known:
+            return
+        self._pitch_known = True
+        pitch = self.voxel_size_m / conversion.scale
+        old = self._live.map
+        if pitch != old.voxel_size_m:
+            new = VoxelMap(pitch, self.max_points)
+            if len(old):
+                new.insert(*old.points())
+            self._live.swap(new)
+
+    def num_points(self) -> int:
+        """Voxels so far (for status: never waits for the map builder)."""
+        return len(self._finished_map) + len(self._live)
+
+    def points(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]] = ()) \
+            -> tuple[np.ndarray, np.ndarray]:
+        """The map in ``map`` (xyz float32, rgb uint8) with the held keyframe merged for good;
+        ``extra``: more points in I that count as if in the map (provisional keyframes)."""
+        self.merge()
+        live = self._live.map
+        if extra:
+            live = live.copy()
+            for xyz, rgb in extra:
+                live.insert(xyz, rgb)
+        xyz, rgb = live.points()
+        if not len(self._finished_map):
+            return conversion.points(xyz), rgb
+        combined = self._finished_map.copy()
+        combined.insert(conversion.points(xyz), rgb)
+        return combined.points()
+
+    @property
+    def live_map(self) -> VoxelMap:
+        """The live stream's voxels in I (waits for the map builder)."""
+        return self._live.map
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def end_stream(self, conversion: MapConversion) -> None:
+        """The stream ends and the map goes on: convert it into the finished part, once."""
+        self.merge()
+        live = self._live.map
+        if len(live):
+            xyz, rgb = live.points()
+            self._finished_map.insert(conversion.points(xyz), rgb)
+        for entry in self._poses:
+            self._finished_poses.append(entry.stamp_s, conversion.base_pose(entry.c2w), key=entry.key)
+        self._new_live()
+
+    def clear(self) -> int:
+        """Forget everything; returns how many poses went."""
+        count = self.num_poses()
+        self._held = None
+        self._finished_map.clear()
+        self._finished_poses.clear()
+        self._new_live()
+        return count
+
+    def _new_live(self) -> None:
+        self._live.swap(VoxelMap(self.voxel_size_m, self.max_points))
+        self._poses.clear()
+        self._pitch_known = False
+
+    def close(self) -> None:
+        self._live.close()
