@@ -26,7 +26,7 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .export import write_ply, write_tum, write_windows
+from .export import ply_bytes, tum_bytes, windows_bytes, write_files
 from .factory import SessionBundle
 from .frames import Placement
 from .keyframes import MotionPolicy
@@ -273,10 +273,10 @@ class Mapper:
         directory.mkdir(parents=True, exist_ok=True)
         ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
-        write_ply(ply, xyz, rgb)
-        write_tum(tum, self.saved_trajectory())
+        files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(self.saved_trajectory())}
         if self.windows is not None:
-            write_windows(directory / "windows.csv", self.windows.records)
+            files[directory / "windows.csv"] = windows_bytes(self.windows.records)
+        write_files(files)   # all or nothing: a failed save keeps the previous files
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(self.trajectory))
 
@@ -339,8 +339,12 @@ class Mapper:
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
         internal = self._placement.camera_pose(to_numpy(result.extrinsic))
+        camera_pose, base_pose = self.robot.camera_pose(internal), self.robot.base_pose(internal)
+        if not (np.isfinite(camera_pose).all() and np.isfinite(base_pose).all()):
+            # Whatever the cause: a counted failure (the caller's handler), never published or placed.
+            raise FloatingPointError(f"non-finite pose for frame {pending.index}")
         return MapperOutput(frame=pending.frame, index=pending.index,
-                            camera_pose=self.robot.camera_pose(internal), base_pose=self.robot.base_pose(internal),
+                            camera_pose=camera_pose, base_pose=base_pose,
                             internal_pose=internal, trusted=trusted, is_keyframe=is_keyframe,
                             provisional=not final, placement=self._placement, result=result, frames=self.robot)
 

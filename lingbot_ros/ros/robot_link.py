@@ -9,30 +9,33 @@
 """
 from __future__ import annotations
 
-import numpy as np
 from nav_msgs.msg import Odometry
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.ros.input_checks import MAX_MOUNT_M, MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
 from lingbot_ros.ros.tf import make_tf_output
 from lingbot_ros.ros.tf_lookup import TfLookup
-from lingbot_ros.ros.tf_messages import TfUnavailable, stamp_ns
+from lingbot_ros.ros.tf_messages import TfUnavailable
 
-
-def odometry_pose(msg) -> np.ndarray:
-    """nav_msgs/Odometry -> T_odom_base (its pose, child_frame_id in header.frame_id)."""
-    p, q = msg.pose.pose.position, msg.pose.pose.orientation
-    pose = np.eye(4)
-    pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
-    pose[:3, 3] = (p.x, p.y, p.z)
-    return pose
+# Best effort matches every odometry publisher, reliable or not (a reliable reader misses a
+# best-effort driver's messages entirely); a lost sample is interpolated over.
+ODOMETRY_QOS = QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST, depth=50)
 
 
 class RobotLink:
-    def __init__(self, node, cfg, mapper, group):
+    """``counters``: the node's Counters (odometry and TF refusals are counted there);
+    ``clock``: the ImageClock that odometry stamps are checked against."""
+
+    def __init__(self, node, cfg, mapper, counters, clock):
         self.node, self.cfg, self.mapper = node, cfg, mapper
+        self.counters, self.clock = counters, clock
         self.mount_resolved = False
+        # Side inputs never wait behind an image callback, nor it behind them.
+        group = MutuallyExclusiveCallbackGroup()
         try:
-            self.lookup = TfLookup(node)
+            self.lookup = TfLookup(node, on_refused=lambda text: counters.refused("tf_rejected", text))
         except TfUnavailable as error:   # no tf2_msgs: the camera_mount setting is the mount
             self.lookup, self.lookup_failure = None, str(error)
         self.tf, why = make_tf_output(node, cfg)
@@ -43,12 +46,24 @@ class RobotLink:
         if self.from_tf and (self.lookup is None or not self.lookup.dynamic):
             node.get_logger().warning("odometry_source tf needs tf2_ros (a ROS distro): no odometry; use "
                                       "odometry_source topic and remap ~/odometry_in")
-        self._subscription = (node.create_subscription(Odometry, "~/odometry_in", self._on_odometry, 50,
-                                                       callback_group=group)
-                              if needs_odometry and not self.from_tf else None)
+        self._subscription = (node.create_subscription(
+            Odometry, "~/odometry_in", node.safety.guard("odometry callback", self._on_odometry), ODOMETRY_QOS,
+            callback_group=group, event_callbacks=SubscriptionEventCallbacks(
+                incompatible_qos=lambda event: node.qos_mismatch("~/odometry_in", event)))
+            if needs_odometry and not self.from_tf else None)
+        self.odometry_topic = self._subscription.topic_name if self._subscription is not None else ""
 
     def _on_odometry(self, msg) -> None:
-        self.mapper.robot.odometry.add(stamp_ns(msg.header.stamp), odometry_pose(msg))
+        self.counters.add("odometry_received")
+        try:
+            stamp_ns, pose = check_odometry(msg, self.cfg.odom_frame, self.cfg.base_frame, self.clock,
+                                            self.cfg.max_input_ahead_s)
+        except Refused as error:
+            text = f"{self.odometry_topic}: {error}"
+            self.counters.refused("odometry_rejected", text)
+            self.node.get_logger().warning(text, throttle_duration_sec=5.0)
+            return
+        self.mapper.robot.odometry.add(stamp_ns, pose)
 
     def before_frame(self, frame) -> None:
         """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from
@@ -58,12 +73,25 @@ class RobotLink:
             self._resolve_mount(frame.frame_id)
         if self.from_tf and self.lookup is not None and self.lookup.dynamic:
             pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
+            pose = self._checked(pose, f"TF {self.cfg.odom_frame} -> {self.cfg.base_frame}", MAX_ODOMETRY_M)
             if pose is not None:
                 self.mapper.robot.odometry.add(frame.stamp_ns, pose)
+
+    def _checked(self, pose, what: str, bound_m: float):
+        """A looked-up pose through the input boundary: the pose, or None (counted, logged)."""
+        if pose is None:
+            return None
+        try:
+            return checked_matrix(pose, what, bound_m)
+        except Refused as error:
+            self.counters.refused("tf_rejected", str(error))
+            self.node.get_logger().warning(str(error), throttle_duration_sec=5.0)
+            return None
 
     def _resolve_mount(self, frame_id: str) -> None:
         logger, base = self.node.get_logger(), self.cfg.base_frame
         pose = self.lookup.lookup(base, frame_id) if self.lookup is not None and frame_id else None
+        pose = self._checked(pose, f"camera mount {base} -> {frame_id}", MAX_MOUNT_M)
         if pose is not None:
             self.mapper.set_camera_mount(pose, f"TF {base} -> {frame_id}")
             logger.info(f"camera mount from TF: {base} -> {frame_id}")
@@ -76,6 +104,18 @@ class RobotLink:
         if self.tf is not None:
             self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
                             self.mapper.robot.odometry.at(output.stamp_ns))
+
+    def warnings(self) -> list[str]:
+        """Standing problems for /diagnostics (WARN): frames processed but no odometry arrived, or
+        map -> odom not going out."""
+        out = []
+        if (self._subscription is not None and self.mapper.snapshot.processed
+                and not self.counters.snapshot()["odometry_received"]):
+            out.append(f"{self.odometry_topic}: no odometry received (needed by tf_mode {self.cfg.tf_mode} / "
+                       f"scale_source {self.mapper.settings.scale_source}); check the remap and the publisher")
+        if self.tf is not None and self.tf.skipping:
+            out.append(self.tf.describe())
+        return out
 
     def describe(self) -> dict:
         """Diagnostics entries (the TF conflict, if any, comes first)."""

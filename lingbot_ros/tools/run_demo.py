@@ -12,6 +12,7 @@ with separate processes.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
         Parameter("model_config", value=args.model_config),
         Parameter("device", value=args.device),
         Parameter("image_width", value=width),
-        Parameter("save_directory", value=args.out),
+        Parameter("save_directory", value=os.path.abspath(args.out)),   # relative ones are under $ROS_HOME
     ])
     client_node = rclpy.create_node("lingbot_demo")
     executor = MultiThreadedExecutor(num_threads=4)
