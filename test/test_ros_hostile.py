@@ -154,9 +154,10 @@ def _mount(translation, quaternion, parent="base_link", child="cam") -> Transfor
     t = TransformStamped()
     t.header.stamp.sec = 1
     t.header.frame_id, t.child_frame_id = parent, child
-    t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = translation
+    # floats: an int in a float64 field is serialised as garbage by the generated C conversion
+    t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = map(float, translation)
     r = t.transform.rotation
-    r.x, r.y, r.z, r.w = quaternion
+    r.x, r.y, r.z, r.w = map(float, quaternion)
     return t
 
 
@@ -183,7 +184,7 @@ def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite
     status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].tf_rejected >= 1 else None, "a refused mount")
     assert "camera mount" in status.last_error or "/tf_static" in status.last_error
     ros.wait(lambda: ros.diagnostic("camera_mount") == "the camera_mount setting", "the mount from the parameter")
-    ros.wait(lambda: _warned(ros, "TF message(s) refused"), "the refusal in /diagnostics (WARN)")
+    ros.wait(lambda: _warned(ros, "camera mount base_link -> cam on TF was refused"), "the refusal in /diagnostics (WARN)")
     saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "saved")))
     assert saved.success, saved.message
     xyz, _ = read_ply(saved.ply_path)

@@ -32,6 +32,7 @@ class RobotLink:
         self.node, self.cfg, self.mapper = node, cfg, mapper
         self.counters, self.clock = counters, clock
         self.mount_resolved = False
+        self.mount_refusal = ""   # why TF's camera mount was refused, for as long as it matters
         # Side inputs never wait behind an image callback, nor it behind them.
         group = MutuallyExclusiveCallbackGroup()
         try:
@@ -90,13 +91,19 @@ class RobotLink:
 
     def _resolve_mount(self, frame_id: str) -> None:
         logger, base = self.node.get_logger(), self.cfg.base_frame
-        pose = self.lookup.lookup(base, frame_id) if self.lookup is not None and frame_id else None
-        pose = self._checked(pose, f"camera mount {base} -> {frame_id}", MAX_MOUNT_M)
+        found = self.lookup.lookup(base, frame_id) if self.lookup is not None and frame_id else None
+        pose = self._checked(found, f"camera mount {base} -> {frame_id}", MAX_MOUNT_M)
         if pose is not None:
             self.mapper.set_camera_mount(pose, f"TF {base} -> {frame_id}")
             logger.info(f"camera mount from TF: {base} -> {frame_id}")
             return
-        why = (self.lookup.last_failure if self.lookup is not None else self.lookup_failure) or "no frame_id"
+        if found is not None:   # TF has one, refused: the map is built on the parameter instead
+            self.mount_refusal = (f"the camera mount {base} -> {frame_id} on TF was refused ("
+                                  f"{self.counters.last_refusal.get('tf_rejected', '')}): the camera_mount "
+                                  "parameter is used")
+            why = "refused"
+        else:
+            why = (self.lookup.last_failure if self.lookup is not None else self.lookup_failure) or "no frame_id"
         logger.info(f"camera mount from the camera_mount parameter ({self.mapper.settings.camera_mount}): "
                     f"no TF {base} -> {frame_id or '(image without frame_id)'} ({why})")
 
@@ -113,6 +120,8 @@ class RobotLink:
                 and not self.counters.snapshot()["odometry_received"]):
             out.append(f"{self.odometry_topic}: no odometry received (needed by tf_mode {self.cfg.tf_mode} / "
                        f"scale_source {self.mapper.settings.scale_source}); check the remap and the publisher")
+        if self.mount_refusal:
+            out.append(self.mount_refusal)
         if self.tf is not None and self.tf.skipping:
             out.append(self.tf.describe())
         return out
