@@ -14,7 +14,7 @@ import pytest
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-from rcl_interfaces.srv import SetParameters
+from rcl_interfaces.srv import GetParameters, SetParameters
 from sensor_msgs.msg import CompressedImage, PointCloud2
 from std_srvs.srv import Trigger
 
@@ -208,7 +208,6 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  
         "service_timeout_s": (_double("service_timeout_s", 1e308), "out of range"),
         "max_stamp_gap_s": (_double("max_stamp_gap_s", 1e308), "out of range"),
         "stale_after_s (NaN)": (_double("stale_after_s", float("nan")), "stale_after_s"),
-        "min_confidence (integer)": (_integer("min_confidence", 2), "float parameter"),
         "save_directory (empty)": (_string_parameter("save_directory", ""), "must name a directory"),
         "scale (read-only)": (_double("scale", 1e39), "read-only"),
     }
@@ -216,6 +215,11 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  
         successful, reason = _set(ros, parameter)
         assert not successful and why in reason, (case, reason)
         assert node.poll() is None, case
+
+    # An integer for a float parameter is taken as that float: the parameter keeps its type.
+    assert _set(ros, _integer("min_confidence", 2)) == (True, "")
+    value = ros.call(GetParameters, "/map_node/get_parameters", GetParameters.Request(names=["min_confidence"]))
+    assert (value.values[0].type, value.values[0].double_value) == (ParameterType.PARAMETER_DOUBLE, 2.0)
 
     # A best-effort camera against process_all_frames: its mismatch is a WARN naming the topic.
     best_effort = ros.node.create_publisher(CompressedImage, BAG_TOPIC, QoSProfile(

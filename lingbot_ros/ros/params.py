@@ -221,10 +221,11 @@ def on_set(node, parameters):
     """Set-parameters callback: refuse what cannot change now (with the reason), check every new
     value against its rules, and apply LIVE values (Mapper ones on the worker, between frames)."""
     from rcl_interfaces.msg import SetParametersResult
+    from rclpy.parameter import Parameter
 
     active = node._state_machine.current_state[1] == "active"
     mapper_changes, node_changes = {}, {}
-    for parameter in parameters:
+    for index, parameter in enumerate(parameters):
         name, stage = parameter.name, when(parameter.name) if parameter.name in FIELDS else None
         if stage is None:
             continue
@@ -234,8 +235,10 @@ def on_set(node, parameters):
             return SetParametersResult(successful=False, reason=(
                 f"'{name}' is taken at activate: deactivate the node, set it, activate again"))
         if _integer_for_float(FIELDS[name], parameter.value):
-            return SetParametersResult(successful=False, reason=(
-                f"'{name}' is a float parameter: give {parameter.value}.0 (an integer would change its type)"))
+            # Stored as a float, as a YAML 1 for 1.0 is: rclpy stores the very list it hands to this
+            # callback, so the replaced element is what the parameter becomes (no type change).
+            parameter = Parameter(name, Parameter.Type.DOUBLE, float(parameter.value))
+            parameters[index] = parameter
         target = mapper_changes if name in MapperSettings.__dataclass_fields__ else node_changes
         target[name] = parameter.value
     try:
