@@ -147,6 +147,33 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     published = ros.wait(lambda: len(_finite_transforms(transforms, "odom")) >= 7 and transforms,
                          "map -> odom for the frames with odometry")
     assert {t.header.frame_id for m in published for t in m.transforms if t.child_frame_id == "odom"} == {"map"}
+    # Republished at a fixed rate and post-dated (transform_publish_period_s, transform_timeout_s):
+    # a lookup at "now" finds the newest map -> odom between frames, as Nav2 asks for it.
+    tf2_ros = pytest.importorskip("tf2_ros", reason="tf2_ros not installed (scripts/install_tf2.sh)")
+    buffer = tf2_ros.Buffer()
+    listener = tf2_ros.TransformListener(buffer, ros.node)
+    def at_now():
+        now = ros.node.get_clock().now()
+        return buffer.can_transform("map", "odom", now) and buffer.lookup_transform("map", "odom", now)
+
+    found = ros.wait(at_now, "map -> odom at now")
+    newest = [t for m in transforms for t in m.transforms if t.child_frame_id == "odom"][-1]
+    assert found.transform.translation.x == pytest.approx(newest.transform.translation.x, abs=1e-9)
+    assert _finite_transforms(transforms, "odom")
+    listener.unregister()
+
+    # A reset keeps the odometry buffered for the frames still to come: the new stream's frames
+    # get map -> odom at their stamps (the buffer was cleared at every restart).
+    reset = ros.call(Trigger, "/map_node/reset", Trigger.Request())
+    assert reset.success, reset.message
+    after = [100.8, 100.85, 100.9]
+    for i, stamp_s in enumerate(after):
+        images.publish(_jpeg(10 + i, stamp_s))
+    _alive_and_balanced(ros, node, 11)
+    stamps = ros.wait(lambda: {round(t.header.stamp.sec + t.header.stamp.nanosec * 1e-9, 3)
+                               for t in _finite_transforms(transforms, "odom")} >= set(after) or None,
+                      "map -> odom for the frames after the reset")
+    assert stamps
     interrupt_and_check_exit(ros, node)
 
 

@@ -92,10 +92,9 @@ class RobotFrames:
         self._state = self.scale_source.state()
 
     def restart(self) -> None:
-        """A new stream: its scale is its own, estimated again; the odometry buffer starts over
-        (a looped bag's odometry goes back in time with its images)."""
+        """A new stream: its scale is its own, estimated again. The odometry buffer stays (the
+        frames still queued need theirs); the front end clears it when odometry stamps go back."""
         self.scale_source.reset()
-        self.odometry.clear()
         self._last_keyframe_ns = None
         self._state = self.scale_source.state()
 

@@ -73,6 +73,11 @@ class ImageClock:
         self._lock = threading.Lock()
         self._image: tuple[int, int] | None = None   # (stamp_ns, monotonic_ns at receipt)
 
+    @property
+    def has_image(self) -> bool:
+        with self._lock:
+            return self._image is not None
+
     def image(self, stamp_ns: int) -> None:
         # The newest image wins even when its stamp went back (a looped bag): the clock follows.
         with self._lock:
@@ -86,9 +91,10 @@ class ImageClock:
         return image[0] + (time.monotonic_ns() - image[1])
 
 
-def check_stamp(stamp, clock: ImageClock, max_ahead_s: float, what: str) -> int:
-    """builtin_interfaces/Time -> ns; Refused for a zero stamp or one ``max_ahead_s`` ahead of
-    the image clock."""
+def check_stamp(stamp, clock: ImageClock, max_ahead_s: float, what: str, max_behind_s: float | None = None) -> int:
+    """builtin_interfaces/Time -> ns; Refused for a zero stamp, one ``max_ahead_s`` ahead of the
+    image clock, or (once an image came) one ``max_behind_s`` behind it: too old for any image
+    still to come, and it would pass for a stream that went back."""
     stamp_ns = int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
     if stamp_ns <= 0:
         raise Refused(f"{what}: zero stamp (an unset header)")
@@ -96,15 +102,19 @@ def check_stamp(stamp, clock: ImageClock, max_ahead_s: float, what: str) -> int:
     if ahead_s > max_ahead_s:
         raise Refused(f"{what}: stamped {ahead_s:.3f} s ahead of the image clock (max_input_ahead_s="
                       f"{max_ahead_s:g})")
+    if max_behind_s is not None and clock.has_image and -ahead_s > max_behind_s:
+        raise Refused(f"{what}: stamped {-ahead_s:.3f} s behind the image clock (older than the "
+                      f"{max_behind_s:g} s the odometry buffer keeps)")
     return stamp_ns
 
 
-def check_odometry(msg, odom_frame: str, base_frame: str, clock: ImageClock, max_ahead_s: float) -> tuple[int, np.ndarray]:
+def check_odometry(msg, odom_frame: str, base_frame: str, clock: ImageClock, max_ahead_s: float,
+                   max_behind_s: float | None = None) -> tuple[int, np.ndarray]:
     """nav_msgs/Odometry -> (stamp_ns, T_odom_base). Raises Refused."""
     frame, child = msg.header.frame_id.lstrip("/"), msg.child_frame_id.lstrip("/")
     if frame != odom_frame or child != base_frame:
         raise Refused(f"odometry: frames '{msg.header.frame_id}' -> '{msg.child_frame_id}', expected "
                       f"odom_frame '{odom_frame}' -> base_frame '{base_frame}' (another robot's odometry?)")
-    stamp_ns = check_stamp(msg.header.stamp, clock, max_ahead_s, "odometry")
+    stamp_ns = check_stamp(msg.header.stamp, clock, max_ahead_s, "odometry", max_behind_s)
     pose = checked_transform(msg.pose.pose.position, msg.pose.pose.orientation, "odometry")
     return stamp_ns, pose

@@ -91,6 +91,13 @@ class NodeSettings:
     tf_camera_frame: str = setting("lingbot_camera", "child frame for tf_mode map_to_camera; must be a frame "
                                                      "no other node publishes", check=_frame_name)
     odom_frame: str = setting("odom", "the robot's odometry frame (tf_mode map_to_odom)", check=_frame_name)
+    transform_publish_period_s: float = setting(0.05, "tf_mode map_to_odom: the newest map -> odom is published "
+                                                      "again at this period, post-dated by transform_timeout_s "
+                                                      "(as slam_toolbox's transform_publish_period), so a lookup "
+                                                      "at 'now' succeeds between frames (0 = only at each image's "
+                                                      "stamp)", minimum=0, maximum=MAX_PERIOD_S)
+    transform_timeout_s: float = setting(0.2, "how far ahead of now the republished map -> odom is stamped (as "
+                                              "slam_toolbox's transform_timeout)", minimum=0, maximum=MAX_PERIOD_S)
     odom_variance: float = setting(0.01, "pose covariance diagonal of ~/odom while tracking (1e6 while the "
                                          "pose is not to be fused)", minimum=0,
                                    when=LIVE)

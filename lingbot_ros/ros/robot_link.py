@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
@@ -53,18 +54,41 @@ class RobotLink:
                 incompatible_qos=lambda event: node.qos_mismatch("~/odometry_in", event)))
             if needs_odometry and not self.from_tf else None)
         self.odometry_topic = self._subscription.topic_name if self._subscription is not None else ""
+        # map -> odom again at a fixed rate, post-dated by transform_timeout_s (slam_toolbox's
+        # transform_publish_period / transform_timeout): Nav2 looks it up at "now", between frames.
+        self._timer = (node.create_timer(cfg.transform_publish_period_s,
+                                         node.safety.guard("TF republish timer", self._republish),
+                                         callback_group=group)
+                       if self.tf is not None and cfg.tf_mode == "map_to_odom" and cfg.transform_publish_period_s > 0
+                       else None)
+
+    def _republish(self) -> None:
+        tf = self.tf   # destroy() may clear it meanwhile
+        if tf is not None:
+            tf.republish((self.node.get_clock().now() + Duration(seconds=self.cfg.transform_timeout_s)).to_msg())
 
     def _on_odometry(self, msg) -> None:
         self.counters.add("odometry_received")
         try:
             stamp_ns, pose = check_odometry(msg, self.cfg.odom_frame, self.cfg.base_frame, self.clock,
-                                            self.cfg.max_input_ahead_s)
+                                            self.cfg.max_input_ahead_s, self.mapper.robot.odometry.max_age_s)
         except Refused as error:
             text = f"{self.odometry_topic}: {error}"
             self.counters.refused("odometry_rejected", text)
             self.node.get_logger().warning(text, throttle_duration_sec=5.0)
             return
-        self.mapper.robot.odometry.add(stamp_ns, pose)
+        self._store(stamp_ns, pose)
+
+    def _store(self, stamp_ns: int, pose) -> None:
+        """Into the Mapper's odometry buffer. A sample older than the buffer's newest by more than
+        the buffer keeps, yet near the image clock (the boundary checked it), means the stream
+        went back (a looped bag, a clock reset): the previous loop's samples go. A stream restart
+        alone clears nothing: the frames still queued keep their odometry."""
+        buffer = self.mapper.robot.odometry
+        newest = buffer.latest_stamp_ns
+        if newest is not None and stamp_ns < newest - buffer.max_age_s * 1e9 and self.clock.has_image:
+            buffer.clear()
+        buffer.add(stamp_ns, pose)
 
     def before_frame(self, frame) -> None:
         """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from
@@ -76,7 +100,7 @@ class RobotLink:
             pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
             pose = self._checked(pose, f"TF {self.cfg.odom_frame} -> {self.cfg.base_frame}", MAX_ODOMETRY_M)
             if pose is not None:
-                self.mapper.robot.odometry.add(frame.stamp_ns, pose)
+                self._store(frame.stamp_ns, pose)
 
     def _checked(self, pose, what: str, bound_m: float):
         """A looked-up pose through the input boundary: the pose, or None (counted, logged)."""
@@ -108,9 +132,16 @@ class RobotLink:
                     f"no TF {base} -> {frame_id or '(image without frame_id)'} ({why})")
 
     def publish(self, output) -> None:
-        if self.tf is not None:
-            self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
-                            self.mapper.robot.odometry.at(output.stamp_ns))
+        if self.tf is None:
+            return
+        scale = output.frames.scale if output.frames is not None else None
+        if self.mapper.settings.scale_source == "odometry" and scale is not None and not scale.known:
+            # Before the metric scale is known the map is in model units: a map -> odom from it
+            # would move by metres per frame and jump when the scale locks. None goes out until then.
+            self.tf.hold(f"waiting for the metric scale ({scale.reason})")
+            return
+        self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
+                        self.mapper.robot.odometry.at(output.stamp_ns))
 
     def warnings(self) -> list[str]:
         """Standing problems for /diagnostics (WARN): frames processed but no odometry arrived, or
@@ -138,6 +169,9 @@ class RobotLink:
         return self.tf.conflict if self.tf is not None else None
 
     def destroy(self) -> None:
+        if self._timer is not None:
+            self.node.destroy_timer(self._timer)
+            self._timer = None
         if self._subscription is not None:
             self.node.destroy_subscription(self._subscription)
         if self.tf is not None:
