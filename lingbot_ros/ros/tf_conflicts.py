@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import struct
 import threading
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 
 from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, TF_TOPIC, stamp_ns, tf_message_type
 
@@ -84,9 +86,15 @@ class TfConflictWatch:
         self._own = collections.deque(maxlen=_OWN_RECORD)   # (child, stamp_ns, parent), newest last
         self._publishers: dict[bytes, str] = {}               # publisher gid -> node name, from the graph
         group = MutuallyExclusiveCallbackGroup()
-        tf_message = tf_message_type()
+        tf_message = self._type = tf_message_type()
+        # /tf is read raw: a message that names none of our child frames (another robot's tree,
+        # at hundreds of messages a second) is skipped with a byte search, never deserialised. A
+        # CDR string is its length (NUL included) then its bytes and a NUL, little or big endian.
+        self._needles = tuple(struct.pack(order + "I", len(name.encode()) + 1) + name.encode() + b"\0"
+                              for name in self.child_frames for order in "<>")
         self._subscriptions = [
-            node.create_subscription(tf_message, TF_TOPIC, self._on_tf, _WATCH_QOS, callback_group=group),
+            node.create_subscription(tf_message, TF_TOPIC, self._on_tf_raw, _WATCH_QOS, callback_group=group,
+                                     raw=True),
             node.create_subscription(tf_message, TF_STATIC_TOPIC, self._on_tf_static, TF_STATIC_QOS,
                                      callback_group=group),
         ]
@@ -94,6 +102,11 @@ class TfConflictWatch:
     def published(self, child: str, parent: str, stamp_ns: int) -> None:
         with self._lock:
             self._own.append((child, stamp_ns, parent))
+
+    def _on_tf_raw(self, data: bytes, info) -> None:
+        if self.conflict is not None or not any(needle in data for needle in self._needles):
+            return
+        self._on_tf(deserialize_message(data, self._type), info)
 
     def _on_tf(self, msg, info) -> None:
         if self.conflict is not None:   # sticky: nothing left to find out
