@@ -63,6 +63,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--flood-nice", type=int, default=0,
+                        help="niceness of the flooding process (19: it takes only CPU the node leaves)")
     parser.add_argument("--flood", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.flood is not None:
@@ -103,7 +105,8 @@ def main(argv=None) -> int:
             return 1
 
         def phase(name: str, flooding: bool):
-            flooder = subprocess.Popen([sys.executable, __file__, "--flood", str(args.seconds + 2)], cwd=REPO) \
+            flooder = subprocess.Popen(["nice", "-n", str(args.flood_nice), sys.executable, __file__, "--flood",
+                                        str(args.seconds + 2)], cwd=REPO) \
                 if flooding else None
             if flooder is not None:
                 spin_until(lambda: False, 2.0)   # the flood is running before the images start

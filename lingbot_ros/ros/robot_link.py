@@ -96,6 +96,11 @@ class RobotLink:
         if not self.mount_resolved:
             self.mount_resolved = True
             self._resolve_mount(frame.frame_id)
+            if not self.from_tf and self.lookup is not None:
+                # The mount is looked up once: a listener kept on /tf would decode every transform
+                # of the robot's tree (and of others) for nothing, beside the image path.
+                self.lookup.destroy()
+                self.lookup = None
         if self.from_tf and self.lookup is not None and self.lookup.dynamic:
             pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
             pose = self._checked(pose, f"TF {self.cfg.odom_frame} -> {self.cfg.base_frame}", MAX_ODOMETRY_M)
