@@ -328,8 +328,8 @@ class MapNode(LifecycleNode):
         """New values of the node's parameters (validated; only LIVE ones may differ while
         active): take effect now where the node is configured, else at configure."""
         period = self.cfg.map_publish_period_s
+        self._diagnostics_timer.timer_period_ns = round(cfg.diagnostics_period_s * 1e9)   # may raise: first
         self.cfg = cfg
-        self._diagnostics_timer.timer_period_ns = round(cfg.diagnostics_period_s * 1e9)
         if self.path is None:   # not configured: configure reads them
             return
         self.path.max_length = cfg.path_max_length

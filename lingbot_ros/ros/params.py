@@ -257,9 +257,15 @@ def on_set(node, parameters):
     for name in (*mapper_changes, *node_changes):   # a refused start-up value is replaced by a good one
         node.refused_parameters.pop(name, None)
     if node.mapper is not None and mapper_changes:
-        node.worker.submit(node.mapper.apply_live, settings)
+        applied = node.worker.submit(node.mapper.apply_live, settings)
+        if applied.done() and applied.exception() is not None:   # refused at once (a full queue)
+            return SetParametersResult(successful=False, reason=f"not applied: {applied.exception()}")
     if node.cfg is not None and node_changes:
-        node.apply_live(node_settings)
+        try:
+            node.apply_live(node_settings)
+        except Exception as error:   # a value its range allowed that the node could not apply: a bug
+            node.safety.caught("set parameters", error)
+            return SetParametersResult(successful=False, reason=f"not applied: {type(error).__name__}: {error}")
     return SetParametersResult(successful=True)
 
 
