@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared")) / "fixtures" / "tiny_default"
 
 
-def flood(seconds: float) -> None:
-    """Odometry at 1 kHz (odom -> base_link) and /tf at 1,000 messages/s of robot2's frames."""
+def flood(seconds: float, side: str) -> None:
+    """Odometry at 1 kHz (odom -> base_link) and /tf at 1,000 messages/s of robot2's frames
+    (``side``: both, odometry or tf)."""
     import rclpy
     from geometry_msgs.msg import TransformStamped
     from nav_msgs.msg import Odometry
@@ -45,11 +46,13 @@ def flood(seconds: float) -> None:
     while time.monotonic() - start < seconds:
         now = node.get_clock().now().to_msg()
         odom_msg.header.stamp = foreign.header.stamp = now
-        odometry.publish(odom_msg)
-        tf.publish(tf_msg)
+        if side != "tf":
+            odometry.publish(odom_msg)
+        if side != "odometry":
+            tf.publish(tf_msg)
         sent += 1
         time.sleep(max(0.0, start + sent / 1000.0 - time.monotonic()))
-    print(f"flood: {sent / (time.monotonic() - start):.0f} odometry + /tf messages/s", flush=True)
+    print(f"flood ({side}): {sent / (time.monotonic() - start):.0f} messages/s each", flush=True)
     node.destroy_node()
     rclpy.shutdown()
 
@@ -65,10 +68,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--flood-nice", type=int, default=0,
                         help="niceness of the flooding process (19: it takes only CPU the node leaves)")
+    parser.add_argument("--side", choices=("both", "odometry", "tf"), default="both",
+                        help="which side inputs flood (default both)")
     parser.add_argument("--flood", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.flood is not None:
-        flood(args.flood)
+        flood(args.flood, args.side)
         return 0
 
     import numpy as np
@@ -82,7 +87,11 @@ def main(argv=None) -> int:
               "image_width:=112", "num_scale_frames:=3", "sliding_window:=4", "warmup:=false",
               "tf_mode:=map_to_odom", "max_stamp_gap_s:=0.0"]
     command = [sys.executable, "-m", "lingbot_ros.ros.main", "--ros-args"] + [a for p in params for a in ("-p", p)]
-    node_proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # An isolated domain (as the tests' harness), one torch thread in the node (as node_latency.py).
+    os.environ["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + time.time_ns() // 10**6) % 100)
+    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds.xml"))
+    node_proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env=dict(os.environ, OMP_NUM_THREADS="1"))
     rclpy.init()
     probe = rclpy.create_node("bench_probe")
     statuses: list = []
@@ -106,7 +115,7 @@ def main(argv=None) -> int:
 
         def phase(name: str, flooding: bool):
             flooder = subprocess.Popen(["nice", "-n", str(args.flood_nice), sys.executable, __file__, "--flood",
-                                        str(args.seconds + 2)], cwd=REPO) \
+                                        str(args.seconds + 2), "--side", args.side], cwd=REPO) \
                 if flooding else None
             if flooder is not None:
                 spin_until(lambda: False, 2.0)   # the flood is running before the images start
@@ -129,7 +138,7 @@ def main(argv=None) -> int:
             return processed
 
         quiet = phase("without side inputs", False)
-        flooded = phase("with odometry 1 kHz + /tf 1,000 msg/s", True)
+        flooded = phase(f"with the flood ({args.side})", True)
         print(f"frames processed with the flood: {100 * flooded / max(quiet, 1):.1f}% of without", flush=True)
     finally:
         node_proc.send_signal(2)

@@ -317,8 +317,8 @@ def test_a_destroyed_output_leaves_no_publisher_or_subscription(ros):
     before = (list(node.publishers), list(node.subscriptions))
     output = TfOutput(node, "map_to_odom", "map", "odom", "base_link", "lingbot_camera")
 
-    def ours(infos):
-        return [i for i in infos if i.node_name == "mapper"]
+    def ours(infos):   # the node, and the tap node its /tf watch reads through (ros/tap.py)
+        return [i for i in infos if i.node_name == "mapper" or i.node_name.startswith("mapper_tap_")]
 
     wait(lambda: len(ours(observer.get_subscriptions_info_by_topic("/tf"))) == 1
          and len(ours(observer.get_subscriptions_info_by_topic("/tf_static"))) == 1

@@ -2,7 +2,8 @@
 
 A frame has one parent in TF; two publishers of one child frame make it jump between them (e.g.
 AMCL's map -> odom against ours, or the robot's odom -> base_link against a map_to_base output).
-``TfConflictWatch(node, child_frames)`` listens to /tf and /tf_static and reports the first
+``TfConflictWatch(node, child_frames)`` listens to /tf (in batches, through a tap node) and
+/tf_static and reports the first
 transform of one of ``child_frames`` that is not the node's own:
 - on /tf_static, every such transform (the node publishes no static transform: a child that is
   already in the static tree belongs to someone else; transient local, so the check covers what
@@ -36,12 +37,17 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
+from lingbot_ros.ros.tap import Tap
 from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, TF_TOPIC, stamp_ns, tf_message_type
 
 # Best effort matches every /tf publisher, reliable or not; a dropped sample costs nothing here,
-# the next one of the same publisher is checked the same way.
+# the next one of the same publisher is checked the same way. The history holds what arrives
+# between two drains (DRAIN_PERIOD_S) at 1,000 messages/s with room.
 _WATCH_QOS = QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
-                        history=HistoryPolicy.KEEP_LAST, depth=100)
+                        history=HistoryPolicy.KEEP_LAST, depth=1000)
+# /tf (a robot's tree, other robots' at hundreds of messages a second) is read in batches
+# (ros/tap.py), this often.
+DRAIN_PERIOD_S = 0.2
 # Own transforms remembered for recognising their echo: at 30 Hz, about 8 s of them.
 _OWN_RECORD = 256
 
@@ -92,9 +98,8 @@ class TfConflictWatch:
         # CDR string is its length (NUL included) then its bytes and a NUL, little or big endian.
         self._needles = tuple(struct.pack(order + "I", len(name.encode()) + 1) + name.encode() + b"\0"
                               for name in self.child_frames for order in "<>")
+        self._tap = Tap(node, tf_message, TF_TOPIC, _WATCH_QOS, self._on_tf_raw, DRAIN_PERIOD_S, group, raw=True)
         self._subscriptions = [
-            node.create_subscription(tf_message, TF_TOPIC, self._on_tf_raw, _WATCH_QOS, callback_group=group,
-                                     raw=True),
             node.create_subscription(tf_message, TF_STATIC_TOPIC, self._on_tf_static, TF_STATIC_QOS,
                                      callback_group=group),
         ]
@@ -157,6 +162,7 @@ class TfConflictWatch:
         for subscription in self._subscriptions:
             self._node.destroy_subscription(subscription)
         self._subscriptions = []
+        self._tap.destroy()
 
 
 def _full_name(endpoint) -> str:
