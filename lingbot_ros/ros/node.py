@@ -12,8 +12,11 @@ Lifecycle (rclpy.lifecycle):
 With ``autostart`` (default) ros/main.py configures and activates at start-up.
 
 Threads: image callbacks (one mutually exclusive group) decode and hand frames to the worker;
-service callbacks (another group) queue work to the worker and wait for it; the worker is the
-only thread that touches the Mapper; status and diagnostics read its immutable snapshot.
+side inputs (odometry, TF, camera_info) have groups of their own, the high-rate ones drained in
+batches (ros/tap.py); service callbacks (another group) queue work to the worker and wait for it;
+the worker is the only thread that touches the Mapper; status and diagnostics read its immutable
+snapshot. Every callback runs under the safety net (ros/safety.py); what enters is checked at
+the boundary first (ros/input_checks.py, ros/params.py).
 """
 from __future__ import annotations
 
