@@ -16,6 +16,7 @@ The default source is data/courthouse_jpg of the project's shared folder: $LINGB
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         Parameter("model_config", value=args.model_config),
         Parameter("device", value=args.device),
         Parameter("image_width", value=width),
-        Parameter("save_directory", value=args.out),
+        Parameter("save_directory", value=os.path.abspath(args.out)),   # relative ones are under $ROS_HOME
         Parameter("process_all_frames", value=True),
     ])
     client_node = rclpy.create_node("lingbot_demo")
