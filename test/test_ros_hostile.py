@@ -113,7 +113,9 @@ def _bad_odometry(stamp_s: float) -> dict:
 
 def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, tiny):  # noqa: F811
     fixture, _ = tiny
-    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable")
+    # A long diagnostics window: the refusals stay in it however slow the machine is.
+    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
+                          "diagnostics_window_s:=120.0")
     ros.wait(lambda: ros.statuses, "the node's first status")
     transforms: list = []
     ros.node.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 100)
@@ -122,6 +124,8 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count(), "the node's subscriptions")
     images.publish(_jpeg(0, 100.0))   # the image clock starts here
     _alive_and_balanced(ros, node, 1)
+    # A diagnostics tick of the active node first: its window counts from its first tick.
+    ros.wait(lambda: ros.diagnostic("frames_received") == "1", "a /diagnostics array after the first image")
 
     bad = _bad_odometry(100.05)
     for msg in bad.values():
@@ -129,7 +133,8 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].odometry_rejected == len(bad) else None,
                       f"{len(bad)} odometry messages refused")
     assert status.odometry_received == len(bad) and node.poll() is None
-    ros.wait(lambda: _warned(ros, f"{len(bad)} odometry message(s) refused"), "the refusals in /diagnostics (WARN)")
+    ros.wait(lambda: _warned(ros, f"{len(bad)} odometry message(s) refused") and _warned(ros, "expected odom_frame"),
+             "the refusals and the newest one's reason in /diagnostics (WARN)")
     # The newest refusal's reason (empty frame ids) names the topic and the expected frames.
     last_error = ros.statuses[-1].last_error
     assert "/map_node/odometry_in" in last_error and "expected odom_frame 'odom'" in last_error, last_error
@@ -191,7 +196,7 @@ def _mount(translation, quaternion, parent="base_link", child="cam") -> Transfor
 def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite(ros, tiny, tmp_path):  # noqa: F811
     fixture, _ = tiny
     nan, inf = float("nan"), float("inf")
-    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable")
+    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "diagnostics_window_s:=120.0")
     ros.wait(lambda: ros.statuses, "the node's first status")
     static = ros.node.create_publisher(tf2_msgs.TFMessage, "/tf_static", STATIC)
     # Each a separate message (the newest of a child wins); the last, a kilometre-long mount, is
