@@ -44,8 +44,9 @@ def _set(ros, parameter):
 
 
 def _balanced(status) -> bool:
-    return status.frames_received == (status.frames_processed + status.frames_dropped + status.frames_rejected
-                                      + status.frames_failed)
+    # A frame buffered for phase 1 (init_frames) is accounted for but not yet processed.
+    return status.frames_received == (status.frames_processed + status.init_frames + status.frames_dropped
+                                      + status.frames_rejected + status.frames_failed)
 
 
 def _diagnostics_text(ros) -> str:
@@ -63,9 +64,15 @@ def _warned(ros, text: str) -> bool:
     return status.level[0] >= 1 and text in status.message
 
 
-def _alive_and_balanced(ros, node, processed: int):
+def _alive_and_balanced(ros, node, accounted: int):
+    """The node lives and ``accounted`` frames are processed or buffered for phase 1."""
     assert node.poll() is None, ros.output(node)[-3000:]
-    status = ros.wait(lambda: ros.settled_with(processed), f"{processed} frames processed and accounted for")
+
+    def settled():
+        status = ros.settled()
+        return status if status and status.frames_processed + status.init_frames == accounted else None
+
+    status = ros.wait(settled, f"{accounted} frames processed or buffered and accounted for")
     assert _balanced(status) and status.frames_failed == 0
     assert "Traceback" not in ros.output(node)
     return status
