@@ -175,7 +175,7 @@ def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float, 
     random_weights = node.bundle is not None and node.bundle.random_weights
     if save_map_type is not None:
         client = client_node.create_client(save_map_type, "/map_node/save_map")
-        request = save_map_type.Request(directory=args.out)
+        request = save_map_type.Request(directory="")   # the node's save_directory: args.out
     else:
         client, request = client_node.create_client(Trigger, "/map_node/save_map"), Trigger.Request()
     if not client.wait_for_service(timeout_sec=10.0):
