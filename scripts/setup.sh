@@ -43,6 +43,8 @@ else
   log "dependencies up to date"
 fi
 
+bash scripts/install_tf2.sh "$venv"   # tf2_ros from ../shared/vendor/geometry2 (tf2_msgs with it)
+
 # 2. ROS interfaces (msg/, srv/) generated into the venv prefix, as colcon does in a workspace.
 iface_hash=$(hash_of msg/* srv/* CMakeLists.txt scripts/build_interfaces.sh scripts/ament_build.sh scripts/venv_interfaces/*/* scripts/venv_interfaces/*/msg/* "$venv/.deps_hash")
 if [ -f scripts/build_interfaces.sh ] && [ "$(cat "$venv/.iface_hash" 2>/dev/null)" != "$iface_hash" ]; then

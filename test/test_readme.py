@@ -84,7 +84,7 @@ def test_every_launch_line_uses_declared_arguments():
 
 def _env(tmp_path: Path) -> dict:
     env = dict(os.environ, ROS_DOMAIN_ID=str(101 + os.getpid() % 100), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-               ROS_LOG_DIR=str(tmp_path / "ros_log"), PYTHONUNBUFFERED="1",
+               ROS_LOG_DIR=str(tmp_path / "ros_log"), ROS_HOME=str(tmp_path / "ros_home"), PYTHONUNBUFFERED="1",
                PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     # The installed copy finds ../shared beside the checkout it was installed from by itself.
     if (REPO.parent / "shared").is_dir():
@@ -133,7 +133,7 @@ def test_the_readme_ros2_commands_work_against_the_launched_node(installed, tmp_
             output = _run([ros2, *argv[1:]], env, tmp_path, timeout=TIMEOUT)
             lowered = output.lower()
             assert not any(word in lowered for word in FAILURE_WORDS), f"{shlex.join(argv)}:\n{output[-3000:]}"
-            outputs[shlex.join(argv[1:3])] = output
+            outputs[shlex.join(argv[1:3])] = outputs[shlex.join(argv)] = output
         assert "active" in outputs.get("lifecycle get", "active")
         # What the commands did, seen from outside: the parameter they set, the files they saved.
         for argv in others:
@@ -141,8 +141,11 @@ def test_the_readme_ros2_commands_work_against_the_launched_node(installed, tmp_
                 shown = _run([ros2, "param", "get", *argv[3:5]], env, tmp_path)
                 assert argv[5] in shown, shown
             if argv[1:3] == ["service", "call"] and argv[4] == "lingbot_ros/srv/SaveMap":
+                # A relative directory is under save_directory, under $ROS_HOME; the answer says where.
                 directory = re.search(r"directory:\s*([^,}\s]+)", argv[5]).group(1)
-                assert {"map.ply", "trajectory.tum", "preview.png"} <= {p.name for p in (tmp_path / directory).iterdir()}
+                ply = Path(re.search(r"ply_path='([^']+)'", outputs[shlex.join(argv)]).group(1))
+                assert ply.parent == tmp_path / "ros_home" / "lingbot_maps" / directory
+                assert {"map.ply", "trajectory.tum", "preview.png"} <= {p.name for p in ply.parent.iterdir()}
     finally:
         subprocess.run([ros2, "daemon", "stop"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
         if proc.poll() is None:

@@ -297,7 +297,8 @@ def test_the_mount_from_tf_static_places_the_base_and_map_to_odom_corrects_the_o
     from nav_msgs.msg import Odometry
     from rclpy.qos import DurabilityPolicy as D
 
-    env, transforms, tf2_msgs = _tf_env(live, tf_mode="map_to_odom")
+    # Only the image-stamped transforms (no periodic republication) to pair them with the images.
+    env, transforms, tf2_msgs = _tf_env(live, tf_mode="map_to_odom", transform_publish_period_s=0.0)
     mount = TransformStamped()
     mount.header.frame_id, mount.child_frame_id = "base_link", "cam"
     mount.transform.translation.x, mount.transform.translation.z = 0.2, 0.5

@@ -99,6 +99,7 @@ def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):  # n
     # An integer for a float parameter is accepted, as a YAML 1 for 1.0 is.
     for parameter in (_integer("path_max_length", 3), _integer("points_stride", 8), _integer("odom_variance", 1)):
         assert set_one(ros, parameter) == (True, "")
+    assert isinstance(value_of(ros, "odom_variance"), float)   # and it stays a float parameter
     _publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[4:6])
     ros.wait(lambda: ros.settled_with(6), "6 frames processed")
     ros.wait(lambda: ros.paths[-1].header.stamp == frames[5].header.stamp, "the path of frame 6")

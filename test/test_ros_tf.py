@@ -272,6 +272,26 @@ def test_a_child_already_in_the_static_tree_is_refused_at_start(ros):
     assert output.publish(stamp(1), MAP_BASE, MAP_CAMERA, ODOM_BASE) is False
 
 
+def test_the_raw_tf_filter_skips_other_frames_without_deserialising_and_finds_ours(ros, monkeypatch):
+    from rclpy.serialization import serialize_message
+    from lingbot_ros.ros import tf_conflicts
+
+    watch = TfConflictWatch(ros.node("mapper"), ["odom"])
+    decoded = []
+    real = tf_conflicts.deserialize_message
+    monkeypatch.setattr(tf_conflicts, "deserialize_message", lambda data, kind: decoded.append(1) or real(data, kind))
+    no_gid = {"publisher_gid": None}
+    # Other robots' trees: names that contain ours, and ours as a parent only.
+    for edges in ((("world", "robot2/odom", np.eye(4), stamp(5)),), (("odom2", "odomx", np.eye(4), stamp(5)),)):
+        watch._on_tf_raw(serialize_message(tf_message(*edges)), no_gid)
+    assert not decoded and watch.conflict is None
+    watch._on_tf_raw(serialize_message(tf_message(("odom", "base_link", np.eye(4), stamp(5)))), no_gid)
+    assert watch.conflict is None   # decoded (the parent is named 'odom'), and not a conflict
+    watch._on_tf_raw(serialize_message(tf_message(("robot2/map", "base_link", np.eye(4), stamp(5)),
+                                                  ("world", "odom", np.eye(4), stamp(6)))), no_gid)
+    assert watch.conflict is not None and (watch.conflict.child, watch.conflict.parent) == ("odom", "world")
+
+
 def test_without_a_publisher_name_the_recorded_stamps_tell_our_transforms_from_others(ros):
     # rclpy releases without a publisher gid in the message info: ownership falls back to the
     # (child, stamp, parent) the node reported before publishing.
@@ -297,8 +317,8 @@ def test_a_destroyed_output_leaves_no_publisher_or_subscription(ros):
     before = (list(node.publishers), list(node.subscriptions))
     output = TfOutput(node, "map_to_odom", "map", "odom", "base_link", "lingbot_camera")
 
-    def ours(infos):
-        return [i for i in infos if i.node_name == "mapper"]
+    def ours(infos):   # the node, and the tap node its /tf watch reads through (ros/tap.py)
+        return [i for i in infos if i.node_name == "mapper" or i.node_name.startswith("mapper_tap_")]
 
     wait(lambda: len(ours(observer.get_subscriptions_info_by_topic("/tf"))) == 1
          and len(ours(observer.get_subscriptions_info_by_topic("/tf_static"))) == 1

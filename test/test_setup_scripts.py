@@ -84,3 +84,19 @@ def test_test_deps_skips_with_a_message_without_the_shared_folder(tmp_path):
     assert done.returncode == 0
     assert f"skipped: {tmp_path / 'absent' / 'vendor'} not found" in done.stdout
     assert not (tmp_path / ".ros2cli_hash").exists()
+
+
+def test_install_tf2_skips_with_a_message_without_the_vendored_geometry2(tmp_path):
+    done = _run(["bash", "scripts/install_tf2.sh", str(tmp_path)], env={"LINGBOT_SHARED": str(tmp_path / "absent")})
+    assert done.returncode == 0
+    assert f"skipped: {tmp_path / 'absent' / 'vendor' / 'geometry2'} not found" in done.stdout
+    assert not (tmp_path / ".tf2_hash").exists()
+
+
+def test_install_tf2_has_the_build_only_wheels_of_each_distro():
+    # The setup's one line calls it; its requirement files pin each distro's own wheels.
+    assert 'bash scripts/install_tf2.sh "$venv"' in (REPO / "scripts" / "setup.sh").read_text()
+    for suffix, distro in (("", "kilted"), ("-jazzy", "jazzy")):
+        pins = [line for line in (REPO / f"requirements-tf2{suffix}.txt").read_text().splitlines()
+                if line and not line.startswith("#")]
+        assert pins and all(line.startswith(f"ros-{distro}-") and "==" in line for line in pins)

@@ -1,4 +1,11 @@
-"""File export: coloured point clouds as PLY, trajectories in the TUM RGB-D format."""
+"""File export: coloured point clouds as PLY, trajectories in the TUM RGB-D format.
+
+Every file is written safely (``write_files``): to a temporary file in the target's directory,
+flushed to disk, then renamed over the target. A reader never sees a partial file; a failed save
+leaves the previous files as they were (all contents are staged before the first rename, and a
+target that is not a regular file is refused before anything is written); a symlink at a target
+is replaced, never followed.
+"""
 from __future__ import annotations
 
 import os
@@ -21,31 +28,49 @@ _PLY_HEADER = ("ply\n"
                "end_header\n")
 
 
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it: a reader (or a crash)
-    never sees half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)   # what open() would give; mkstemp makes it private
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 class PlyFormatError(ValueError):
     """A PLY file is not in the layout that :func:`write_ply` produces."""
 
 
-def write_ply(path: str | Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
-    """Write a binary little-endian PLY point cloud (Open3D, MeshLab, CloudCompare read it).
+def write_files(files: dict) -> None:
+    """{path: bytes}: each written to a temporary file in its directory, fsynced, and only once
+    all are staged, renamed over its target. Raises OSError (nothing replaced) when a target is
+    a directory or another non-regular file, or when staging fails."""
+    for path in files:
+        path = Path(path)
+        if path.exists() and not path.is_symlink() and not path.is_file():
+            raise IsADirectoryError(f"{path} exists and is not a regular file: nothing was written")
+    staged = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append((temporary, path))
+            with os.fdopen(handle, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(temporary, 0o644)
+    except BaseException:
+        for temporary, _ in staged:
+            Path(temporary).unlink(missing_ok=True)
+        raise
+    for temporary, path in staged:
+        os.replace(temporary, path)   # replaces a symlink itself, not its target
+    directories = {path.parent for _, path in staged}
+    for directory in directories:   # the renames survive a power loss too
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def ply_bytes(xyz: np.ndarray, rgb: np.ndarray) -> bytes:
+    """A binary little-endian PLY point cloud (Open3D, MeshLab, CloudCompare read it).
 
     Args:
-        path: output file.
-        xyz: ``[N, 3]`` positions (written as float32, model units / metres).
+        xyz: ``[N, 3]`` positions (written as float32, model units / metres), finite.
         rgb: ``[N, 3]`` uint8 colours.
     """
     xyz = np.asarray(xyz)
@@ -54,12 +79,19 @@ def write_ply(path: str | Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
         raise ValueError(f"xyz and rgb must both be [N, 3], got {xyz.shape} and {rgb.shape}")
     if rgb.dtype != np.uint8:
         raise ValueError(f"rgb must be uint8, got {rgb.dtype}")
+    if not np.isfinite(xyz).all():
+        raise ValueError("non-finite points: not written")
     vertices = np.empty(len(xyz), dtype=_PLY_VERTEX)
     for axis, name in enumerate("xyz"):
         vertices[name] = xyz[:, axis]
     for channel, name in enumerate(("red", "green", "blue")):
         vertices[name] = rgb[:, channel]
-    write_atomic(path, _PLY_HEADER.format(count=len(xyz)).encode("ascii") + vertices.tobytes())
+    return _PLY_HEADER.format(count=len(xyz)).encode("ascii") + vertices.tobytes()
+
+
+def write_ply(path: str | Path, xyz: np.ndarray, rgb: np.ndarray) -> None:
+    """``ply_bytes`` written safely to ``path``."""
+    write_files({Path(path): ply_bytes(xyz, rgb)})
 
 
 def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +117,13 @@ def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_tum(path: str | Path, trajectory: Trajectory) -> None:
-    """Write ``timestamp tx ty tz qx qy qz qw`` per pose, one line each (the Mapper's
-    trajectory.tum: the robot base in ``map``).
+    """``tum_bytes`` written safely to ``path``."""
+    write_files({Path(path): tum_bytes(trajectory)})
+
+
+def tum_bytes(trajectory: Trajectory) -> bytes:
+    """``timestamp tx ty tz qx qy qz qw`` per pose, one line each (the Mapper's trajectory.tum:
+    the robot base in ``map``).
 
     This is the TUM RGB-D benchmark format that evo and the TUM tools read. Stamps are written
     in seconds with microsecond digits: a float64 of Unix-epoch seconds resolves ~0.24 us, so
@@ -94,11 +131,13 @@ def write_tum(path: str | Path, trajectory: Trajectory) -> None:
     """
     lines = []
     for stamp_s, c2w, _ in trajectory:
+        if not np.isfinite(c2w).all():
+            raise ValueError(f"non-finite pose at {stamp_s:.6f}: trajectory not written")
         qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
         tx, ty, tz = c2w[:3, 3]
         lines.append(f"{stamp_s:.6f} {tx:.9g} {ty:.9g} {tz:.9g} "
                      f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
-    write_atomic(path, "".join(lines).encode())
+    return "".join(lines).encode("ascii")
 
 
 def read_tum(path: str | Path) -> Trajectory:
@@ -120,6 +159,11 @@ def read_tum(path: str | Path) -> Trajectory:
 
 
 def write_windows(path: str | Path, records) -> None:
+    """``windows_bytes`` written safely to ``path``."""
+    write_files({Path(path): windows_bytes(records)})
+
+
+def windows_bytes(records) -> bytes:
     """One row per window of a windowed run: its number in its stream, the Mapper index of its
     first frame, the alignment's scale, its rotation and translation into window 0's model frame
     (spec 13.1 ``chunk_scales`` / ``chunk_transforms``, OpenCV axes) and how well the overlap
@@ -132,4 +176,4 @@ def write_windows(path: str | Path, records) -> None:
         translation = sim.translation.detach().cpu().double().numpy()
         values = [float(sim.scale), *rotation, *translation, record.overlap_error]
         lines.append(f"{record.window},{record.first_index}," + ",".join(f"{v:.9g}" for v in values) + "\n")
-    write_atomic(path, "".join(lines).encode())
+    return "".join(lines).encode("ascii")

@@ -31,7 +31,7 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .export import write_ply, write_tum, write_windows
+from .export import ply_bytes, tum_bytes, windows_bytes, write_files
 from .factory import SessionBundle
 from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
@@ -274,12 +274,12 @@ class Mapper:
         ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
         trajectory = self.saved_trajectory()
-        write_ply(ply, xyz, rgb)
-        write_tum(tum, trajectory)
+        files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory)}
+        if self._stream.windows is not None:
+            files[directory / "windows.csv"] = windows_bytes(self.window_records())
+        write_files(files)   # all or nothing: a failed save keeps the previous files
         write_preview(directory / "preview.png", xyz, trajectory.c2w()[:, :3, 3],
                       units="m" if self._stream.frames.conversion.metric.known else "model units")
-        if self._stream.windows is not None:
-            write_windows(directory / "windows.csv", self.window_records())
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
 
@@ -367,8 +367,12 @@ class Mapper:
         state = self._stream
         internal = state.placement.camera_pose(to_numpy(result.extrinsic))
         conversion = state.frames.conversion
-        return MapperOutput(frame=pending.frame, index=pending.index, camera_pose=conversion.camera_pose(internal),
-                            base_pose=conversion.base_pose(internal), internal_pose=internal, trusted=trusted,
+        camera_pose, base_pose = conversion.camera_pose(internal), conversion.base_pose(internal)
+        if not (np.isfinite(camera_pose).all() and np.isfinite(base_pose).all()):
+            # Whatever the cause: a counted failure (the caller's handler), never published or placed.
+            raise FloatingPointError(f"non-finite pose for frame {pending.index}")
+        return MapperOutput(frame=pending.frame, index=pending.index, camera_pose=camera_pose,
+                            base_pose=base_pose, internal_pose=internal, trusted=trusted,
                             is_keyframe=is_keyframe, provisional=not final, placement=state.placement,
                             result=result, conversion=conversion)
 
@@ -464,8 +468,8 @@ class Mapper:
             self._counts["cleared"] += self._store.clear()
             self._records, self._last_map_pose = [], None
             placement, frames = self.robot.first_stream()
-        # The odometry buffer starts over (a looped bag's odometry goes back in time with its images).
-        self.robot.odometry.clear()
+        # The odometry buffer stays: the frames still queued need theirs (the front end clears it
+        # when odometry stamps go back, as a looped bag's do).
         self._stream = self._new_stream(placement, frames)
         self._counts["restarts"] += 1
         self._restart_reason = reason

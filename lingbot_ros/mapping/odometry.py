@@ -28,17 +28,17 @@ class OdometryBuffer:
     ``max_age_s``: samples older than the newest by more than this are dropped, and a new sample
     that old is ignored. Look-ups come at image stamps, behind the newest odometry by the worker's
     backlog (inference, a queue with ``process_all_frames``): 10 s leaves room for that.
-    ``max_samples``: the count bound (4096: 400 Hz fused odometry over 10 s).
+    ``max_samples``: the count bound (12,000: odometry at 1 kHz over the 10 s, with room).
     ``max_extrapolation_s``: ``at`` holds the nearest sample for a stamp up to this far from it
     where it cannot interpolate (before the first, after the newest, or inside a gap): the image
     and odometry stamps of one instant differ by a few milliseconds of driver latency.
     ``max_gap_s``: ``at`` does not interpolate between samples further apart than this (an
     odometry dropout: a straight line across it would invent the motion).
-    A stream restart (a looped bag, a clock jump back) needs ``clear()``: until then older
-    stamps are ignored.
+    A stream that goes back (a looped bag, a clock jump back) needs ``clear()``: until then older
+    stamps are ignored (the node clears it when it sees that, ros/robot_link.py).
     """
 
-    def __init__(self, max_age_s: float = 10.0, max_samples: int = 4096,
+    def __init__(self, max_age_s: float = 10.0, max_samples: int = 12_000,
                  max_extrapolation_s: float = 0.05, max_gap_s: float = 0.5):
         for name, value in (("max_age_s", max_age_s), ("max_gap_s", max_gap_s)):
             if not (np.isfinite(value) and value > 0):
@@ -48,6 +48,7 @@ class OdometryBuffer:
         if max_samples < 2:
             raise ValueError(f"max_samples must be >= 2 (interpolation needs two), got {max_samples}")
         self.max_samples = int(max_samples)
+        self.max_age_s = float(max_age_s)
         self._max_age_ns = int(max_age_s * 1e9)
         self._max_extrapolation_ns = int(max_extrapolation_s * 1e9)
         self._max_gap_ns = int(max_gap_s * 1e9)

@@ -29,16 +29,18 @@ LIVE = "live"             # applied at once, between frames
 
 
 def setting(default, help: str, *, choices: tuple | None = None, minimum: float | None = None,
-            above: float | None = None, check: Callable[[Any], str | None] | None = None,
-            when: str = CONFIGURE):
+            above: float | None = None, maximum: float | None = None,
+            check: Callable[[Any], str | None] | None = None, when: str = CONFIGURE):
     """A dataclass field with its help text and the rules ``field_errors`` applies to it.
 
-    ``minimum``: value >= minimum; ``above``: value > above; ``check(value)`` returns an error
-    text (without the field name) or None; ``when``: CONFIGURE, ACTIVATE or LIVE.
+    ``minimum``: value >= minimum; ``above``: value > above; ``maximum``: value <= maximum (what
+    the code can do: a timer period or a timeout in range, a scale that keeps points finite);
+    ``check(value)`` returns an error text (without the field name) or None; ``when``:
+    CONFIGURE, ACTIVATE or LIVE.
     """
     return dataclasses.field(default=default, metadata={
-        "help": help, "choices": choices, "minimum": minimum, "above": above, "check": check,
-        "when": when})
+        "help": help, "choices": choices, "minimum": minimum, "above": above, "maximum": maximum,
+        "check": check, "when": when})
 
 
 def parse_image_size(text: str) -> tuple[int, int] | None:
@@ -153,10 +155,11 @@ class MapperSettings:
                                        "(0 = no cap)", minimum=0, when=LIVE)
     # -- stamps ----------------------------------------------------------------------------------
     max_stamp_gap_s: float = setting(5.0, "a forward gap between image stamps larger than this restarts the "
-                                          "stream and the map (0 = never)", minimum=0, when=LIVE)
+                                          "stream and the map (0 = never)", minimum=0, maximum=1e6, when=LIVE)
     max_stamp_jitter_s: float = setting(0.5, "a frame stamped at most this much before the previous one is "
                                              "dropped as jitter (counted as rejected); a larger jump back "
-                                             "(a looped bag) restarts the stream and the map", minimum=0, when=LIVE)
+                                             "(a looped bag) restarts the stream and the map", minimum=0,
+                                     maximum=1e6, when=LIVE)
     # -- the robot: camera mount and metric scale ----------------------------------------------
     camera_mount: str = setting("0 0 0 -1.5707963267948966 0 -1.5707963267948966",
                                 "the camera's optical frame in the robot's base frame, 'x y z roll pitch yaw' "
@@ -165,7 +168,8 @@ class MapperSettings:
     scale_source: str = setting("none", "none (outputs in model units, up to scale), fixed (the scale "
                                         "setting) or odometry (estimated against the robot's odometry)",
                                 choices=SCALE_SOURCES)
-    scale: float = setting(1.0, "metres per model unit with scale_source fixed", above=0)
+    scale: float = setting(1.0, "metres per model unit with scale_source fixed (1e-6 to 1e6)", minimum=1e-6,
+                           maximum=1e6)
     scale_window_pairs: int = setting(50, "odometry scale: keyframe pairs in the sliding estimate", minimum=1)
     scale_min_pairs: int = setting(10, "odometry scale: pairs before the scale counts as known", minimum=1)
     scale_min_motion_m: float = setting(0.2, "odometry scale: odometry motion (m) that closes a pair "
@@ -173,7 +177,8 @@ class MapperSettings:
     scale_max_spread: float = setting(0.02, "odometry scale: largest relative standard error of a known "
                                             "scale", above=0)
     # -- map and trajectory ----------------------------------------------------------------------
-    min_confidence: float = setting(1.5, "minimum depth confidence (>= 1) of map and published points",
+    min_confidence: float = setting(1.5, "minimum depth confidence of map and published points (the model's "
+                                         "confidence is 1 + exp(x) > 1: any value up to 1 keeps every point)",
                                     minimum=0, when=LIVE)
     map_points_stride: int = setting(4, "pixel stride (both image axes) of the keyframe points put into the "
                                         "map", minimum=1, when=LIVE)
@@ -243,6 +248,8 @@ def field_errors(obj) -> list[str]:
             errors.append(f"'{f.name}' must be >= {meta['minimum']}, got {value}")
         if meta.get("above") is not None and not value > meta["above"]:
             errors.append(f"'{f.name}' must be > {meta['above']}, got {value}")
+        if meta.get("maximum") is not None and value > meta["maximum"]:
+            errors.append(f"'{f.name}' must be <= {meta['maximum']:g}, got {value}")
         if meta.get("check") is not None:
             text = meta["check"](value)
             if text:

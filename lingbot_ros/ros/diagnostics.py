@@ -11,7 +11,9 @@ class Counters:
     before the worker, rejected by the decoder), the latency of the frames done, and when the
     newest image arrived. Increments come from several threads, hence the lock."""
 
-    FIELDS = ("received", "dropped", "rejected", "camera_info_rejected")
+    # Side inputs: odometry and TF messages received and refused at the boundary (input_checks).
+    FIELDS = ("received", "dropped", "rejected", "camera_info_rejected", "odometry_received",
+              "odometry_rejected", "tf_rejected", "callback_errors")
 
     def __init__(self, clock=time.monotonic):
         self._lock = threading.Lock()
@@ -19,6 +21,7 @@ class Counters:
         self.values = dict.fromkeys(self.FIELDS, 0)
         self.latency_ms = 0.0
         self.last_error = ""
+        self.last_refusal = {}   # input -> the text of its newest refusal (odometry, tf, camera_info)
         self.last_received_s: float | None = None   # clock() at the newest image
         self._latency_ms_total = 0.0
         self._latency_frames = 0
@@ -32,6 +35,13 @@ class Counters:
     def error(self, text: str) -> None:
         with self._lock:
             self.last_error = text
+
+    def refused(self, counter: str, text: str) -> None:
+        """One more message of an input refused at the boundary, and why."""
+        with self._lock:
+            self.values[counter] += 1
+            self.last_error = text
+            self.last_refusal[counter] = text
 
     def frame_done(self, latency_ms: float) -> None:
         with self._lock:

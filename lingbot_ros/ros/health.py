@@ -25,7 +25,7 @@ OK, WARN, ERROR, STALE = 0, 1, 2, 3
 SEVERITY = (ERROR, STALE, WARN, OK)
 
 COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camera_info_rejected",
-          "latency_ms_total", "latency_frames")
+          "odometry_received", "odometry_rejected", "tf_rejected", "callback_errors", "latency_ms_total", "latency_frames")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,9 @@ class Facts:
     configure_error: str = ""           # why the last configure failed ('' after a good one)
     last_image_s: float | None = None   # monotonic time of the newest image received
     tf_conflict: str = ""               # the TF output stopped: another publisher owns its child frame
+    callback_error: str = ""            # the newest exception the safety net caught (a bug)
+    input_warnings: tuple = ()          # standing input problems: a QoS mismatch, no odometry (topic named)
+    refusals: dict = dataclasses.field(default_factory=dict)   # counter -> newest refusal's reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +180,9 @@ def _reasons(window: Window, facts: Facts, limits: Limits, quiet_s: float | None
                                "reconstruction; set the 'checkpoint' parameter"))
     if counts["failed"]:
         reasons.append((ERROR, f"model failed on {_frames(counts['failed'])} {span} (stream restarted)"))
+    if counts["callback_errors"]:
+        reasons.append((ERROR, f"{counts['callback_errors']} callback exception(s) {span} (a bug, the node "
+                               f"went on): {facts.callback_error}"))
     if _stale(limits, quiet_s):
         reasons.append((STALE, f"no image for {quiet_s:.1f} s"))
     if counts["dropped"]:
@@ -187,6 +193,11 @@ def _reasons(window: Window, facts: Facts, limits: Limits, quiet_s: float | None
     if bad:
         reasons.append((WARN, f"bad input {span}: {counts['rejected']} image(s) and "
                               f"{counts['camera_info_rejected']} camera_info rejected"))
+    for counter, what in (("odometry_rejected", "odometry"), ("tf_rejected", "TF")):
+        if counts[counter]:
+            reasons.append((WARN, f"{counts[counter]} {what} message(s) refused {span}: "
+                                  f"{facts.refusals.get(counter, '')}"))
+    reasons.extend((WARN, text) for text in facts.input_warnings)
     behind = counts["received"] - counts["processed"]
     if (window.full and not counts["dropped"] and not bad and behind > 1
             and counts["processed"] < (1 - limits.rate_tolerance) * counts["received"]):

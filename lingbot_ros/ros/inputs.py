@@ -9,6 +9,8 @@ import functools
 import math
 import time
 
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.event_handler import SubscriptionEventCallbacks
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, image_to_rgb
@@ -34,13 +36,22 @@ class Inputs:
         compressed = cfg.image_transport == "compressed"
         decode = (functools.partial(compressed_to_rgb, strict_jpeg=cfg.strict_jpeg) if compressed
                   else image_to_rgb)
+        def events(index, hint=""):   # a publisher whose QoS cannot match delivers nothing: say so, naming it
+            return SubscriptionEventCallbacks(incompatible_qos=lambda event: node.qos_mismatch(
+                self._subscriptions[index].topic_name, event, hint))   # the name with remaps applied
+
+        hint = (" (process_all_frames subscribes reliable, to make the publisher wait instead of losing "
+                "frames: a best-effort camera needs process_all_frames false)" if cfg.process_all_frames else "")
+
         self._subscriptions = [node.create_subscription(
-            CompressedImage if compressed else Image, names.image, lambda msg: self.accept(msg, decode), qos,
-            callback_group=group)]
+            CompressedImage if compressed else Image, names.image,
+            node.safety.guard("image callback", lambda msg: self.accept(msg, decode)), qos,
+            callback_group=group, event_callbacks=events(0, hint))]
         if names.camera_info:
             self._subscriptions.append(node.create_subscription(
-                CameraInfo, names.camera_info, self._on_camera_info,
-                input_qos(cfg.camera_info_qos, cfg.camera_info_qos_depth), callback_group=group))
+                CameraInfo, names.camera_info, node.safety.guard("camera_info callback", self._on_camera_info),
+                input_qos(cfg.camera_info_qos, cfg.camera_info_qos_depth),
+                callback_group=MutuallyExclusiveCallbackGroup(), event_callbacks=events(1)))
 
     def destroy(self) -> None:
         for subscription in self._subscriptions:
@@ -58,6 +69,7 @@ class Inputs:
             return
         stamp = msg.header.stamp
         stamp_ns = stamp.sec * 10**9 + stamp.nanosec
+        self.node.image_clock.image(stamp_ns)
         frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, source=stamp,
                            received_ns=received_ns, gap_ns=self._gaps.gap_ns(stamp_ns))
         self.counters.add("dropped", self.inbox.put(frame))
@@ -70,6 +82,5 @@ class Inputs:
         self.camera_info_k = f"fx={k[0]:.1f} fy={k[4]:.1f} cx={k[2]:.1f} cy={k[5]:.1f} ({msg.width}x{msg.height})"
 
     def _bad_input(self, counter: str, text: str) -> None:
-        self.counters.add(counter)
-        self.counters.error(text)
+        self.counters.refused(counter, text)
         self.node.get_logger().warning(text, throttle_duration_sec=BAD_INPUT_LOG_PERIOD_S)

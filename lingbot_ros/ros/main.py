@@ -70,7 +70,7 @@ def main(args=None) -> int:
         executor.add_node(node)
         if node.get_parameter("autostart").value:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-                node.get_logger().fatal("autostart: configure failed (see above); exiting")
+                node.get_logger().fatal(f"autostart: {node.configure_error or 'configure failed'}; exiting")
                 code = 1
             elif node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
                 node.get_logger().fatal("autostart: activate failed (see above); exiting")
@@ -84,6 +84,8 @@ def main(args=None) -> int:
                 # an entity that callback was using (a service answering as cleanup removes it):
                 # the callback's work is moot, the node is fine.
                 node.get_logger().debug(f"a callback met an entity destroyed by a transition: {error}")
+            except Exception as error:   # a callback outside the safety net's guards (rclpy's own)
+                node.safety.caught("executor", error)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

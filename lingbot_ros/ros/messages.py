@@ -14,8 +14,9 @@ from lingbot_ros.mapping import rotation_to_quaternion
 # a pose: tracking = the `odom_variance` parameter; the first poses of a stream (the scale-frame
 # batch, and the first pose after a reset) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
 UNTRUSTED_VARIANCE = 1.0e6
-# Velocity is not estimated: twist covariance[0] = -1 marks it unknown (sensor_msgs convention).
-UNKNOWN_COVARIANCE = -1.0
+# Velocity is not estimated. nav_msgs has no "unknown" flag (sensor_msgs' covariance[0] = -1 is for
+# Imu/NavSatFix; robot_localization reads an Odometry covariance as variances), so the zero twist
+# carries UNTRUSTED_VARIANCE on its diagonal: a filter configured to fuse it gives it no weight.
 
 # PointCloud2 layout: x, y, z float32 and rgb packed as 0x00RRGGBB in a float32 field (RViz's
 # convention), 16 bytes per point.
@@ -56,7 +57,7 @@ def odometry(pose_4x4: np.ndarray, stamp, frame_id: str, child_frame_id: str,
     covariance[::7] = variance
     msg.pose.covariance = covariance.tolist()
     twist_covariance = np.zeros(36)
-    twist_covariance[0] = UNKNOWN_COVARIANCE
+    twist_covariance[::7] = UNTRUSTED_VARIANCE
     msg.twist.covariance = twist_covariance.tolist()
     return msg
 

@@ -12,8 +12,11 @@ Lifecycle (rclpy.lifecycle):
 With ``autostart`` (default) ros/main.py configures and activates at start-up.
 
 Threads: image callbacks (one mutually exclusive group) decode and hand frames to the worker;
-service callbacks (another group) queue work to the worker and wait for it; the worker is the
-only thread that touches the Mapper; status and diagnostics read its immutable snapshot.
+side inputs (odometry, TF, camera_info) have groups of their own, the high-rate ones drained in
+batches (ros/tap.py); service callbacks (another group) queue work to the worker and wait for it;
+the worker is the only thread that touches the Mapper; status and diagnostics read its immutable
+snapshot. Every callback runs under the safety net (ros/safety.py); what enters is checked at
+the boundary first (ros/input_checks.py, ros/params.py).
 """
 from __future__ import annotations
 
@@ -33,10 +36,12 @@ from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.ros import params, services
 from lingbot_ros.ros.diagnostics import Counters
 from lingbot_ros.ros.health import Facts, Health, Limits
+from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
 from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.robot_link import RobotLink
+from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
 # On a machine that has never run the model on CUDA, the warm-up JIT-compiles FlashInfer's
@@ -65,6 +70,10 @@ class MapNode(LifecycleNode):
         # spin_once re-raises it in main, which killed the node.
         self._outputs_lock = threading.Lock()
         super().__init__("map_node", **kwargs)
+        self.safety = SafetyNet(self.get_logger(), lambda text: self.counters.refused("callback_errors", text))
+        self.image_clock = ImageClock(lambda: self.get_clock().now().nanoseconds)
+        self._qos_warnings: dict[str, str] = {}   # topic -> why its publisher delivers nothing
+        self._map_publish_pending = threading.Event()   # one ~/map publication queued at most
         self.refused_parameters = params.declare(self)   # start-up values out of range
         self._image_group = MutuallyExclusiveCallbackGroup()
         self._service_group = MutuallyExclusiveCallbackGroup()
@@ -72,8 +81,9 @@ class MapNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         # /diagnostics reports in every state, unconfigured included (a failed configure is an ERROR).
         self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._diagnostics_timer = self.create_timer(params.NodeSettings.diagnostics_period_s,
-                                                    self._on_diagnostics_timer, callback_group=self._timer_group)
+        self._diagnostics_timer = self.create_timer(
+            params.NodeSettings.diagnostics_period_s, self.safety.guard("diagnostics timer", self._on_diagnostics_timer),
+            callback_group=self._timer_group)
         if MapStatus is None:
             self.get_logger().warning(
                 "lingbot_ros interfaces (MapStatus, SaveMap) are not built: status goes to /diagnostics "
@@ -91,8 +101,9 @@ class MapNode(LifecycleNode):
             self.configure_error = f"configure failed, fix the parameters: {error}"
             self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.FAILURE
-        self._diagnostics_timer.timer_period_ns = round(self.cfg.diagnostics_period_s * 1e9)
         try:
+            self._diagnostics_timer.timer_period_ns = round(self.cfg.diagnostics_period_s * 1e9)
+            self._qos_warnings.clear()
             self.bundle = factory.build(settings)
             self.mapper = Mapper(settings, self.bundle)
             self.counters = Counters()
@@ -112,7 +123,7 @@ class MapNode(LifecycleNode):
             self.path = PathCache(self.mapper, self.cfg.map_frame, self.cfg.path_max_length)
             self._own_services = services.create(self, self._service_group)
             self._start_timers()
-            self.robot = RobotLink(self, self.cfg, self.mapper, self._image_group)
+            self.robot = RobotLink(self, self.cfg, self.mapper, self.counters, self.image_clock)
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
             hint = factory.failure_hint(error, settings)
             self.configure_error = f"configure failed: {type(error).__name__}: {error}{hint}"
@@ -223,6 +234,23 @@ class MapNode(LifecycleNode):
         if self.context.ok():
             self.get_logger().error(f"frame handling failed: {type(error).__name__}: {error}")
 
+    def qos_mismatch(self, topic: str, event, hint: str = "") -> None:
+        """A publisher of ``topic`` whose QoS cannot match ours (its messages never arrive)."""
+        policy = getattr(event, "last_policy_kind", "")
+        policy = getattr(policy, "name", policy)
+        text = (f"{topic}: a publisher's QoS is incompatible with this subscription ({policy}; "
+                f"{event.total_count} publisher(s) so far): its messages are not received{hint}")
+        if self._qos_warnings.get(topic) != text:
+            self.get_logger().warning(text)
+        self._qos_warnings[topic] = text
+
+    def input_warnings(self) -> tuple:
+        """Standing input problems for /diagnostics (WARN, the topic named)."""
+        warnings = list(self._qos_warnings.values())
+        if self.robot is not None:
+            warnings.extend(self.robot.warnings())
+        return tuple(warnings)
+
     def lifecycle_text(self) -> str:
         label = self._state_machine.current_state[1]
         return "" if label == "active" else {
@@ -251,7 +279,8 @@ class MapNode(LifecycleNode):
         cfg, group = self.cfg, self._timer_group
         self._own_timers = []
         if cfg.map_publish_period_s > 0:
-            self._own_timers.append(self.create_timer(cfg.map_publish_period_s, self._on_map_timer,
+            self._own_timers.append(self.create_timer(cfg.map_publish_period_s,
+                                                      self.safety.guard("map timer", self._on_map_timer),
                                                       callback_group=group))
 
     def _on_diagnostics_timer(self) -> None:
@@ -265,9 +294,11 @@ class MapNode(LifecycleNode):
         conflict = robot.conflict if robot is not None else None
         if robot is not None:
             extra.update(robot.describe())
+        refusals = dict(counters.last_refusal)
         report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
             self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
-            self.configure_error, counters.last_received_s, conflict.message if conflict else ""), Limits.of(cfg))
+            self.configure_error, counters.last_received_s, conflict.message if conflict else "",
+            refusals.get("callback_errors", ""), self.input_warnings(), refusals), Limits.of(cfg))
         self._diagnostics.publish(diagnostic_array(
             self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
             counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))
@@ -276,10 +307,15 @@ class MapNode(LifecycleNode):
     def _on_map_timer(self) -> None:
         with self._outputs_lock:
             worker, outputs = self.worker, self.outputs
-            if worker is not None and outputs is not None and outputs.map.get_subscription_count():
+            # Coalesced: while one publication waits for the worker, a tick adds nothing (a tiny
+            # period queued one per tick without bound, delaying services by seconds).
+            if (worker is not None and outputs is not None and outputs.map.get_subscription_count()
+                    and not self._map_publish_pending.is_set()):
+                self._map_publish_pending.set()
                 worker.submit(self.publish_map)
 
     def publish_map(self) -> None:
+        self._map_publish_pending.clear()
         xyz, rgb = self.mapper.map_points()
         stamp = self.mapper.snapshot.last_source or self.get_clock().now().to_msg()
         self.outputs.cloud(xyz, rgb, stamp, self.cfg.map_frame)
@@ -293,8 +329,8 @@ class MapNode(LifecycleNode):
         """New values of the node's parameters (validated; only LIVE ones may differ while
         active): take effect now where the node is configured, else at configure."""
         period = self.cfg.map_publish_period_s
+        self._diagnostics_timer.timer_period_ns = round(cfg.diagnostics_period_s * 1e9)   # may raise: first
         self.cfg = cfg
-        self._diagnostics_timer.timer_period_ns = round(cfg.diagnostics_period_s * 1e9)
         if self.path is None:   # not configured: configure reads them
             return
         self.path.max_length = cfg.path_max_length

@@ -32,6 +32,16 @@ def _below_1(value) -> str | None:
     return None if value < 1 else "must be below 1"
 
 
+def _not_empty(value) -> str | None:
+    return None if value.strip() else "must name a directory (empty would write into the working directory)"
+
+
+# Longest timer period and wait a parameter may ask for: far beyond any use, and well inside
+# what rclpy timers (int64 nanoseconds) and threading waits (TIMEOUT_MAX) take.
+MAX_PERIOD_S = 86400.0
+MAX_DEPTH = 100_000
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
     autostart: bool = setting(True, "configure and activate at start-up (off: wait for lifecycle transitions)")
@@ -43,18 +53,23 @@ class NodeSettings:
                                               "keep-all subscription and a bounded queue that makes the "
                                               "publisher wait, instead of newest-frame-wins", when=ACTIVATE)
     queue_size: int = setting(30, "queue bound with process_all_frames (the subscription then waits)",
-                              minimum=1, when=ACTIVATE)
+                              minimum=1, maximum=MAX_DEPTH, when=ACTIVATE)
     image_qos: str = setting("auto", "auto (sensor_data; reliable keep-all with process_all_frames), "
                                      "sensor_data, reliable or best_effort", choices=IMAGE_QOS_CHOICES,
                              when=ACTIVATE)
     image_qos_depth: int = setting(1, "image subscription history depth (newest-frame-wins)", minimum=1,
-                                   when=ACTIVATE)
+                                   maximum=MAX_DEPTH, when=ACTIVATE)
     use_camera_info: bool = setting(False, "subscribe to the camera_info beside the image topic (validated; "
                                            "its K is reported in diagnostics next to the model's estimate)",
                                     when=ACTIVATE)
     camera_info_qos: str = setting("sensor_data", "sensor_data, reliable or best_effort", choices=QOS_CHOICES,
                                    when=ACTIVATE)
-    camera_info_qos_depth: int = setting(5, "camera_info subscription history depth", minimum=1, when=ACTIVATE)
+    camera_info_qos_depth: int = setting(5, "camera_info subscription history depth", minimum=1, maximum=MAX_DEPTH,
+                                         when=ACTIVATE)
+    max_input_ahead_s: float = setting(5.0, "odometry stamped further than this ahead of the image clock (the "
+                                            "newest image's stamp plus the time since it came) is refused: "
+                                            "it would make every later sample look too old", above=0,
+                                       maximum=MAX_PERIOD_S, when=ACTIVATE)
     max_image_pixels: int = setting(DEFAULT_MAX_PIXELS, "larger images are rejected as bad input", minimum=1,
                                     when=ACTIVATE)
     strict_jpeg: bool = setting(True, "a JPEG libjpeg warns about (damaged data, bytes before its end) is "
@@ -76,22 +91,34 @@ class NodeSettings:
     tf_camera_frame: str = setting("lingbot_camera", "child frame for tf_mode map_to_camera; must be a frame "
                                                      "no other node publishes", check=_frame_name)
     odom_frame: str = setting("odom", "the robot's odometry frame (tf_mode map_to_odom)", check=_frame_name)
+    transform_publish_period_s: float = setting(0.05, "tf_mode map_to_odom: the newest map -> odom is published "
+                                                      "again at this period, post-dated by transform_timeout_s "
+                                                      "(as slam_toolbox's transform_publish_period), so a lookup "
+                                                      "at 'now' succeeds between frames (0 = only at each image's "
+                                                      "stamp)", minimum=0, maximum=MAX_PERIOD_S)
+    transform_timeout_s: float = setting(0.2, "how far ahead of now the republished map -> odom is stamped (as "
+                                              "slam_toolbox's transform_timeout)", minimum=0, maximum=MAX_PERIOD_S)
     odom_variance: float = setting(0.01, "pose covariance diagonal of ~/odom while tracking (1e6 while the "
                                          "pose is not to be fused)", minimum=0,
                                    when=LIVE)
     path_max_length: int = setting(1000, "poses in ~/path", minimum=1, when=LIVE)
     points_stride: int = setting(4, "pixel stride of ~/points", minimum=1, when=LIVE)
-    map_publish_period_s: float = setting(2.0, "period of ~/map (0 = never published)", minimum=0, when=LIVE)
-    save_directory: str = setting("out", "default directory of ~/save_map", when=LIVE)
+    map_publish_period_s: float = setting(2.0, "period of ~/map (0 = never published)", minimum=0,
+                                          maximum=MAX_PERIOD_S, when=LIVE)
+    save_directory: str = setting("lingbot_maps", "directory of ~/save_map; a relative one is under $ROS_HOME "
+                                                  "(default ~/.ros), and a save_map request's relative directory "
+                                                  "is under it", check=_not_empty, when=LIVE)
     diagnostics_period_s: float = setting(1.0, "period of /diagnostics and of the periodic ~/status", above=0,
-                                          when=LIVE)
-    service_timeout_s: float = setting(30.0, "how long a service waits for the worker", above=0, when=LIVE)
+                                          maximum=3600.0, when=LIVE)
+    service_timeout_s: float = setting(30.0, "how long a service waits for the worker to start its request "
+                                             "(not started by then: cancelled, nothing done)", above=0,
+                                       maximum=MAX_PERIOD_S, when=LIVE)
     # -- health (/diagnostics levels) -------------------------------------------------------------
     diagnostics_window_s: float = setting(5.0, "sliding window of /diagnostics' counts and rates: a drop, a "
                                                "bad input or a model failure sets the level for this long",
-                                          above=0, when=LIVE)
+                                          above=0, maximum=MAX_PERIOD_S, when=LIVE)
     stale_after_s: float = setting(3.0, "while active, /diagnostics is STALE when no image arrived for this "
-                                        "long (0 = never)", minimum=0, when=LIVE)
+                                        "long (0 = never)", minimum=0, maximum=MAX_PERIOD_S, when=LIVE)
     expected_rate_hz: float = setting(0.0, "the camera's frame rate: /diagnostics warns when images arrive "
                                            "outside rate_tolerance of it (0 = unknown: the rate is only "
                                            "reported)", minimum=0, when=LIVE)
@@ -103,6 +130,9 @@ class NodeSettings:
         for name in ("tf_camera_frame", "base_frame", "odom_frame"):
             if getattr(self, name) == self.map_frame:
                 errors.append(f"'{name}' must differ from 'map_frame'")
+        if self.odom_frame == self.base_frame:
+            errors.append(f"'odom_frame' must differ from 'base_frame' (both '{self.base_frame}': odometry "
+                          "would be the pose of a frame in itself)")
         if errors:
             raise SettingsError("invalid parameters: " + "; ".join(errors))
 
@@ -135,11 +165,13 @@ def descriptor(field):
              ACTIVATE: " (taken at activate: change it while inactive)", LIVE: " (applies at once)"}[stage]
     result = ParameterDescriptor(description=text, dynamic_typing=True, read_only=stage == CONFIGURE)
     low = meta.get("minimum") if meta.get("minimum") is not None else meta.get("above")
+    high = meta.get("maximum")
     if low is not None and type(field.default) is int:
-        result.integer_range = [IntegerRange(from_value=int(low), to_value=2**63 - 1, step=0)]
+        result.integer_range = [IntegerRange(from_value=int(low), to_value=int(high) if high is not None
+                                             else 2**63 - 1, step=0)]
     elif low is not None and type(field.default) is float:
-        result.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=sys.float_info.max,
-                                                          step=0.0)]
+        result.floating_point_range = [FloatingPointRange(
+            from_value=float(low), to_value=float(high) if high is not None else sys.float_info.max, step=0.0)]
     return result
 
 
@@ -154,11 +186,20 @@ def declare(node) -> dict:
         if node.has_parameter(name):
             continue
         try:
-            node.declare_parameter(name, field.default, descriptor(field))
+            override = node._parameter_overrides.get(name)
+            if override is not None and _integer_for_float(field, override.value):
+                # A YAML 2 for a float parameter: declared as 2.0, so that it stays a float.
+                node.declare_parameter(name, float(override.value), descriptor(field), ignore_override=True)
+            else:
+                node.declare_parameter(name, field.default, descriptor(field))
         except InvalidParameterValueException:
             refused[name] = node._parameter_overrides[name].value
             node.declare_parameter(name, field.default, descriptor(field), ignore_override=True)
     return refused
+
+
+def _integer_for_float(field, value) -> bool:
+    return type(field.default) is float and isinstance(value, int) and not isinstance(value, bool)
 
 
 def read(node, refused: dict) -> tuple[MapperSettings, NodeSettings]:
@@ -187,10 +228,11 @@ def on_set(node, parameters):
     """Set-parameters callback: refuse what cannot change now (with the reason), check every new
     value against its rules, and apply LIVE values (Mapper ones on the worker, between frames)."""
     from rcl_interfaces.msg import SetParametersResult
+    from rclpy.parameter import Parameter
 
     active = node._state_machine.current_state[1] == "active"
     mapper_changes, node_changes = {}, {}
-    for parameter in parameters:
+    for index, parameter in enumerate(parameters):
         name, stage = parameter.name, when(parameter.name) if parameter.name in FIELDS else None
         if stage is None:
             continue
@@ -199,6 +241,11 @@ def on_set(node, parameters):
         if stage == ACTIVATE and active:
             return SetParametersResult(successful=False, reason=(
                 f"'{name}' is taken at activate: deactivate the node, set it, activate again"))
+        if _integer_for_float(FIELDS[name], parameter.value):
+            # Stored as a float, as a YAML 1 for 1.0 is: rclpy stores the very list it hands to this
+            # callback, so the replaced element is what the parameter becomes (no type change).
+            parameter = Parameter(name, Parameter.Type.DOUBLE, float(parameter.value))
+            parameters[index] = parameter
         target = mapper_changes if name in MapperSettings.__dataclass_fields__ else node_changes
         target[name] = parameter.value
     try:
@@ -210,9 +257,15 @@ def on_set(node, parameters):
     for name in (*mapper_changes, *node_changes):   # a refused start-up value is replaced by a good one
         node.refused_parameters.pop(name, None)
     if node.mapper is not None and mapper_changes:
-        node.worker.submit(node.mapper.apply_live, settings)
+        applied = node.worker.submit(node.mapper.apply_live, settings)
+        if applied.done() and applied.exception() is not None:   # refused at once (a full queue)
+            return SetParametersResult(successful=False, reason=f"not applied: {applied.exception()}")
     if node.cfg is not None and node_changes:
-        node.apply_live(node_settings)
+        try:
+            node.apply_live(node_settings)
+        except Exception as error:   # a value its range allowed that the node could not apply: a bug
+            node.safety.caught("set parameters", error)
+            return SetParametersResult(successful=False, reason=f"not applied: {type(error).__name__}: {error}")
     return SetParametersResult(successful=True)
 
 

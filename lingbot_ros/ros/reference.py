@@ -127,15 +127,19 @@ def _settled(read, timeout_s: float = 10.0):
 
 
 def _read(node) -> tuple[list[tuple], list[tuple]]:
-    endpoints = []
+    # The node's own endpoints and those of its taps (ros/tap.py: high-rate side inputs subscribe
+    # on a helper node named after it).
+    names = [n for n, _ in node.get_node_names_and_namespaces() if n == NODE or n.startswith(NODE + "_tap_")]
+    endpoints = set()
     for direction, by_node, infos in (
             ("pub", node.get_publisher_names_and_types_by_node, node.get_publishers_info_by_topic),
             ("sub", node.get_subscriber_names_and_types_by_node, node.get_subscriptions_info_by_topic)):
-        for name, types in by_node(NODE, "/"):
-            if name in STANDARD_TOPICS:
-                continue
-            qos = sorted({qos_text(i.qos_profile) for i in infos(name) if i.node_name == NODE})
-            endpoints.append((direction, name, ", ".join(types), tuple(qos)))
+        for owner in names:
+            for name, types in by_node(owner, "/"):
+                if name in STANDARD_TOPICS:
+                    continue
+                qos = sorted({qos_text(i.qos_profile) for i in infos(name) if i.node_name in names})
+                endpoints.add((direction, name, ", ".join(types), tuple(qos)))
     services = [(name, ", ".join(types)) for name, types in node.get_service_names_and_types_by_node(NODE, "/")
                 if not name.endswith(STANDARD_SERVICE_SUFFIXES)]
     return sorted(endpoints), sorted(services)

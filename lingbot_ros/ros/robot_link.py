@@ -9,30 +9,37 @@
 """
 from __future__ import annotations
 
-import numpy as np
 from nav_msgs.msg import Odometry
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.ros.input_checks import MAX_MOUNT_M, MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
+from lingbot_ros.ros.tap import Tap
 from lingbot_ros.ros.tf import make_tf_output
 from lingbot_ros.ros.tf_lookup import TfLookup
-from lingbot_ros.ros.tf_messages import TfUnavailable, stamp_ns
+from lingbot_ros.ros.tf_messages import TfUnavailable
 
-
-def odometry_pose(msg) -> np.ndarray:
-    """nav_msgs/Odometry -> T_odom_base (its pose, child_frame_id in header.frame_id)."""
-    p, q = msg.pose.pose.position, msg.pose.pose.orientation
-    pose = np.eye(4)
-    pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
-    pose[:3, 3] = (p.x, p.y, p.z)
-    return pose
+# Best effort matches every odometry publisher, reliable or not (a reliable reader misses a
+# best-effort driver's messages entirely); a lost sample is interpolated over. The history holds
+# a drain period's samples at 1 kHz four times over.
+ODOMETRY_DRAIN_PERIOD_S = 0.05
+ODOMETRY_QOS = QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST, depth=200)
 
 
 class RobotLink:
-    def __init__(self, node, cfg, mapper, group):
+    """``counters``: the node's Counters (odometry and TF refusals are counted there);
+    ``clock``: the ImageClock that odometry stamps are checked against."""
+
+    def __init__(self, node, cfg, mapper, counters, clock):
         self.node, self.cfg, self.mapper = node, cfg, mapper
+        self.counters, self.clock = counters, clock
         self.mount_resolved = False
+        self.mount_refusal = ""   # why TF's camera mount was refused, for as long as it matters
+        # Side inputs never wait behind an image callback, nor it behind them.
+        group = MutuallyExclusiveCallbackGroup()
         try:
-            self.lookup = TfLookup(node)
+            self.lookup = TfLookup(node, on_refused=lambda text: counters.refused("tf_rejected", text))
         except TfUnavailable as error:   # no tf2_msgs: the camera_mount setting is the mount
             self.lookup, self.lookup_failure = None, str(error)
         self.tf, why = make_tf_output(node, cfg)
@@ -43,12 +50,48 @@ class RobotLink:
         if self.from_tf and (self.lookup is None or not self.lookup.dynamic):
             node.get_logger().warning("odometry_source tf needs tf2_ros (a ROS distro): no odometry; use "
                                       "odometry_source topic and remap ~/odometry_in")
-        self._subscription = (node.create_subscription(Odometry, "~/odometry_in", self._on_odometry, 50,
-                                                       callback_group=group)
+        # Read in batches (ros/tap.py): at 1 kHz, a callback per sample took the image path half its
+        # frames. Best effort matches every publisher, so no QoS can be incompatible.
+        self._subscription = (Tap(node, Odometry, node.resolve_topic_name("~/odometry_in"), ODOMETRY_QOS,
+                                  node.safety.guard("odometry callback", self._on_odometry),
+                                  ODOMETRY_DRAIN_PERIOD_S, group)
                               if needs_odometry and not self.from_tf else None)
+        self.odometry_topic = self._subscription.topic if self._subscription is not None else ""
+        # map -> odom again at a fixed rate, post-dated by transform_timeout_s (slam_toolbox's
+        # transform_publish_period / transform_timeout): Nav2 looks it up at "now", between frames.
+        self._timer = (node.create_timer(cfg.transform_publish_period_s,
+                                         node.safety.guard("TF republish timer", self._republish),
+                                         callback_group=group)
+                       if self.tf is not None and cfg.tf_mode == "map_to_odom" and cfg.transform_publish_period_s > 0
+                       else None)
 
-    def _on_odometry(self, msg) -> None:
-        self.mapper.add_odometry(stamp_ns(msg.header.stamp), odometry_pose(msg))
+    def _republish(self) -> None:
+        tf = self.tf   # destroy() may clear it meanwhile
+        if tf is not None:
+            tf.republish((self.node.get_clock().now() + Duration(seconds=self.cfg.transform_timeout_s)).to_msg())
+
+    def _on_odometry(self, msg, info=None) -> None:
+        self.counters.add("odometry_received")
+        try:
+            stamp_ns, pose = check_odometry(msg, self.cfg.odom_frame, self.cfg.base_frame, self.clock,
+                                            self.cfg.max_input_ahead_s, self.mapper.robot.odometry.max_age_s)
+        except Refused as error:
+            text = f"{self.odometry_topic}: {error}"
+            self.counters.refused("odometry_rejected", text)
+            self.node.get_logger().warning(text, throttle_duration_sec=5.0)
+            return
+        self._store(stamp_ns, pose)
+
+    def _store(self, stamp_ns: int, pose) -> None:
+        """Into the Mapper's odometry buffer. A sample older than the buffer's newest by more than
+        the buffer keeps, yet near the image clock (the boundary checked it), means the stream
+        went back (a looped bag, a clock reset): the previous loop's samples go. A stream restart
+        alone clears nothing: the frames still queued keep their odometry."""
+        buffer = self.mapper.robot.odometry
+        newest = buffer.latest_stamp_ns
+        if newest is not None and stamp_ns < newest - buffer.max_age_s * 1e9 and self.clock.has_image:
+            buffer.clear()
+        buffer.add(stamp_ns, pose)
 
     def before_frame(self, frame) -> None:
         """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from
@@ -56,26 +99,71 @@ class RobotLink:
         if not self.mount_resolved:
             self.mount_resolved = True
             self._resolve_mount(frame.frame_id)
+            if not self.from_tf and self.lookup is not None:
+                # The mount is looked up once: a listener kept on /tf would decode every transform
+                # of the robot's tree (and of others) for nothing, beside the image path.
+                self.lookup.destroy()
+                self.lookup = None
         if self.from_tf and self.lookup is not None and self.lookup.dynamic:
             pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
+            pose = self._checked(pose, f"TF {self.cfg.odom_frame} -> {self.cfg.base_frame}", MAX_ODOMETRY_M)
             if pose is not None:
-                self.mapper.add_odometry(frame.stamp_ns, pose)
+                self._store(frame.stamp_ns, pose)
+
+    def _checked(self, pose, what: str, bound_m: float):
+        """A looked-up pose through the input boundary: the pose, or None (counted, logged)."""
+        if pose is None:
+            return None
+        try:
+            return checked_matrix(pose, what, bound_m)
+        except Refused as error:
+            self.counters.refused("tf_rejected", str(error))
+            self.node.get_logger().warning(str(error), throttle_duration_sec=5.0)
+            return None
 
     def _resolve_mount(self, frame_id: str) -> None:
         logger, base = self.node.get_logger(), self.cfg.base_frame
-        pose = self.lookup.lookup(base, frame_id) if self.lookup is not None and frame_id else None
+        found = self.lookup.lookup(base, frame_id) if self.lookup is not None and frame_id else None
+        pose = self._checked(found, f"camera mount {base} -> {frame_id}", MAX_MOUNT_M)
         if pose is not None:
             self.mapper.set_camera_mount(pose, f"TF {base} -> {frame_id}")
             logger.info(f"camera mount from TF: {base} -> {frame_id}")
             return
-        why = (self.lookup.last_failure if self.lookup is not None else self.lookup_failure) or "no frame_id"
+        if found is not None:   # TF has one, refused: the map is built on the parameter instead
+            self.mount_refusal = (f"the camera mount {base} -> {frame_id} on TF was refused ("
+                                  f"{self.counters.last_refusal.get('tf_rejected', '')}): the camera_mount "
+                                  "parameter is used")
+            why = "refused"
+        else:
+            why = (self.lookup.last_failure if self.lookup is not None else self.lookup_failure) or "no frame_id"
         logger.info(f"camera mount from the camera_mount parameter ({self.mapper.settings.camera_mount}): "
                     f"no TF {base} -> {frame_id or '(image without frame_id)'} ({why})")
 
     def publish(self, output) -> None:
-        if self.tf is not None:
-            self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
-                            self.mapper.odometry_at(output.stamp_ns))
+        if self.tf is None:
+            return
+        scale = output.conversion.metric if output.conversion is not None else None
+        if self.mapper.settings.scale_source == "odometry" and scale is not None and not scale.known:
+            # Before the metric scale is known the map is in model units: a map -> odom from it
+            # would move by metres per frame and jump when the scale locks. None goes out until then.
+            self.tf.hold(f"waiting for the metric scale ({scale.reason})")
+            return
+        self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
+                        self.mapper.odometry_at(output.stamp_ns))
+
+    def warnings(self) -> list[str]:
+        """Standing problems for /diagnostics (WARN): frames processed but no odometry arrived, or
+        map -> odom not going out."""
+        out = []
+        if (self._subscription is not None and self.mapper.snapshot.processed
+                and not self.counters.snapshot()["odometry_received"]):
+            out.append(f"{self.odometry_topic}: no odometry received (needed by tf_mode {self.cfg.tf_mode} / "
+                       f"scale_source {self.mapper.settings.scale_source}); check the remap and the publisher")
+        if self.mount_refusal:
+            out.append(self.mount_refusal)
+        if self.tf is not None and self.tf.skipping:
+            out.append(self.tf.describe())
+        return out
 
     def describe(self) -> dict:
         """Diagnostics entries (the TF conflict, if any, comes first)."""
@@ -89,8 +177,11 @@ class RobotLink:
         return self.tf.conflict if self.tf is not None else None
 
     def destroy(self) -> None:
+        if self._timer is not None:
+            self.node.destroy_timer(self._timer)
+            self._timer = None
         if self._subscription is not None:
-            self.node.destroy_subscription(self._subscription)
+            self._subscription.destroy()
         if self.tf is not None:
             self.tf.destroy()
         if self.lookup is not None:

@@ -9,7 +9,8 @@ from lingbot_ros.mapping.records import STATE_NAMES, MapperSnapshot
 from lingbot_ros.ros.diagnostics import Counters, memory_bytes
 from lingbot_ros.ros.health import Report
 
-FRAME_COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camera_info_rejected")
+FRAME_COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camera_info_rejected",
+                "odometry_received", "odometry_rejected", "tf_rejected", "callback_errors")
 
 
 SAME_NAMED = ("init_frames", "init_frames_needed", "keyframes", "cache_pages", "cache_bytes", "model_ms",
@@ -33,6 +34,11 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.frames_rejected = inputs["rejected"] + snapshot.rejected
     msg.frames_failed = snapshot.failed
     msg.resets = snapshot.restarts
+    msg.camera_info_rejected = inputs["camera_info_rejected"]
+    msg.odometry_received = inputs["odometry_received"]
+    msg.odometry_rejected = inputs["odometry_rejected"]
+    msg.tf_rejected = inputs["tf_rejected"]
+    msg.callback_errors = inputs["callback_errors"]
     msg.latency_ms = float(counters.latency_ms)
     msg.last_error = counters.last_error
     msg.scale_spread = float(min(snapshot.scale_spread, 3.4e38))   # float32's range (inf while unknown)

@@ -55,6 +55,10 @@ class TfOutput:
                              f"must differ from map_frame")
         self._node = node
         self._publisher = self._watch = None
+        self.published = self.skipped = 0
+        self._last_went_out: bool | None = None   # the newest pose's transform: out, skipped, none yet
+        self._last_pose: np.ndarray | None = None   # the newest transform that went out, for republish
+        self._waiting = ""                          # why the newest pose's transform was held back
         if mode == "none":
             return
         self._type = tf_message_type()
@@ -66,13 +70,42 @@ class TfOutput:
         """The other publisher of our child frame that stopped this output, or None."""
         return None if self._watch is None else self._watch.conflict
 
+    @property
+    def skipping(self) -> bool:
+        """The newest pose's transform did not go out (no odometry at its stamp)."""
+        return self._last_went_out is False
+
     def describe(self) -> str:
         """One line for diagnostics: what is published, or why nothing is."""
         if self.mode == "none":
             return "TF off (tf_mode none)"
         if self.conflict is not None:
             return "TF refused: " + self.conflict.message
-        return f"publishing {self.parent} -> {self.child} ({self.mode})"
+        edge = f"{self.parent} -> {self.child} ({self.mode})"
+        if self._last_went_out is None:
+            return f"{edge}: nothing published yet (no pose yet)"
+        if not self._last_went_out:
+            return (f"{edge} NOT published: {self._waiting} ({self.skipped} pose(s) skipped, "
+                    f"{self.published} published)")
+        return f"publishing {edge}"
+
+    def hold(self, why: str) -> None:
+        """The newest pose's transform is held back (e.g. the metric scale is not known yet)."""
+        self.skipped += 1
+        self._last_went_out, self._waiting = False, why
+
+    def republish(self, stamp) -> bool:
+        """The newest map -> odom again at ``stamp`` (post-dated by the caller, as slam_toolbox and
+        AMCL do, so that a lookup at "now" finds it between frames). Only map_to_odom: the other
+        modes' transforms are poses of a moving frame at their image's instant."""
+        if self.mode != "map_to_odom" or self._last_pose is None or self.conflict is not None:
+            return False
+        self._send(self._last_pose, stamp)
+        return True
+
+    def _send(self, pose: np.ndarray, stamp) -> None:
+        self._watch.published(self.child, self.parent, stamp_ns(stamp))   # first: the echo may come back fast
+        self._publisher.publish(self._type(transforms=[transform_stamped(pose, stamp, self.parent, self.child)]))
 
     def publish(self, stamp, map_base: np.ndarray, map_camera: np.ndarray,
                 odom_base: np.ndarray | None = None) -> bool:
@@ -87,6 +120,7 @@ class TfOutput:
             return False
         if self.mode == "map_to_odom":
             if odom_base is None:
+                self.hold(f"no {self.child} -> {self.base_frame} odometry at the newest image's stamp")
                 self._node.get_logger().warning(
                     f"no {self.child} -> {self.base_frame} pose at this image's stamp: {self.parent} -> {self.child} "
                     f"not published for it", throttle_duration_sec=_SKIP_LOG_PERIOD_S)
@@ -96,8 +130,9 @@ class TfOutput:
             pose = map_base
         else:
             pose = map_camera
-        self._watch.published(self.child, self.parent, stamp_ns(stamp))   # first: the echo may come back fast
-        self._publisher.publish(self._type(transforms=[transform_stamped(pose, stamp, self.parent, self.child)]))
+        self._send(pose, stamp)
+        self.published += 1
+        self._last_went_out, self._last_pose = True, pose
         return True
 
     def destroy(self) -> None:

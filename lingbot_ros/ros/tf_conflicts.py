@@ -2,7 +2,8 @@
 
 A frame has one parent in TF; two publishers of one child frame make it jump between them (e.g.
 AMCL's map -> odom against ours, or the robot's odom -> base_link against a map_to_base output).
-``TfConflictWatch(node, child_frames)`` listens to /tf and /tf_static and reports the first
+``TfConflictWatch(node, child_frames)`` listens to /tf (in batches, through a tap node) and
+/tf_static and reports the first
 transform of one of ``child_frames`` that is not the node's own:
 - on /tf_static, every such transform (the node publishes no static transform: a child that is
   already in the static tree belongs to someone else; transient local, so the check covers what
@@ -29,17 +30,24 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import struct
 import threading
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 
+from lingbot_ros.ros.tap import Tap
 from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, TF_TOPIC, stamp_ns, tf_message_type
 
 # Best effort matches every /tf publisher, reliable or not; a dropped sample costs nothing here,
-# the next one of the same publisher is checked the same way.
+# the next one of the same publisher is checked the same way. The history holds what arrives
+# between two drains (DRAIN_PERIOD_S) at 1,000 messages/s with room.
 _WATCH_QOS = QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
-                        history=HistoryPolicy.KEEP_LAST, depth=100)
+                        history=HistoryPolicy.KEEP_LAST, depth=1000)
+# /tf (a robot's tree, other robots' at hundreds of messages a second) is read in batches
+# (ros/tap.py), this often.
+DRAIN_PERIOD_S = 0.2
 # Own transforms remembered for recognising their echo: at 30 Hz, about 8 s of them.
 _OWN_RECORD = 256
 
@@ -84,9 +92,14 @@ class TfConflictWatch:
         self._own = collections.deque(maxlen=_OWN_RECORD)   # (child, stamp_ns, parent), newest last
         self._publishers: dict[bytes, str] = {}               # publisher gid -> node name, from the graph
         group = MutuallyExclusiveCallbackGroup()
-        tf_message = tf_message_type()
+        tf_message = self._type = tf_message_type()
+        # /tf is read raw: a message that names none of our child frames (another robot's tree,
+        # at hundreds of messages a second) is skipped with a byte search, never deserialised. A
+        # CDR string is its length (NUL included) then its bytes and a NUL, little or big endian.
+        self._needles = tuple(struct.pack(order + "I", len(name.encode()) + 1) + name.encode() + b"\0"
+                              for name in self.child_frames for order in "<>")
+        self._tap = Tap(node, tf_message, TF_TOPIC, _WATCH_QOS, self._on_tf_raw, DRAIN_PERIOD_S, group, raw=True)
         self._subscriptions = [
-            node.create_subscription(tf_message, TF_TOPIC, self._on_tf, _WATCH_QOS, callback_group=group),
             node.create_subscription(tf_message, TF_STATIC_TOPIC, self._on_tf_static, TF_STATIC_QOS,
                                      callback_group=group),
         ]
@@ -94,6 +107,11 @@ class TfConflictWatch:
     def published(self, child: str, parent: str, stamp_ns: int) -> None:
         with self._lock:
             self._own.append((child, stamp_ns, parent))
+
+    def _on_tf_raw(self, data: bytes, info) -> None:
+        if self.conflict is not None or not any(needle in data for needle in self._needles):
+            return
+        self._on_tf(deserialize_message(data, self._type), info)
 
     def _on_tf(self, msg, info) -> None:
         if self.conflict is not None:   # sticky: nothing left to find out
@@ -144,6 +162,7 @@ class TfConflictWatch:
         for subscription in self._subscriptions:
             self._node.destroy_subscription(subscription)
         self._subscriptions = []
+        self._tap.destroy()
 
 
 def _full_name(endpoint) -> str:

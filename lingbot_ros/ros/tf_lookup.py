@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lingbot_ros.ros.tf_messages import TfUnavailable, transform_matrix
+from lingbot_ros.ros.input_checks import Refused, checked_transform
+from lingbot_ros.ros.tf_messages import TfUnavailable
 from lingbot_ros.ros.tf_static import StaticTfListener
 
 BACKENDS = ("auto", "tf2_ros", "tf_static")
@@ -45,7 +46,7 @@ class TfLookup:
     tf2_msgs is missing too. The subscriptions live on ``node`` and its executor serves them.
     """
 
-    def __init__(self, node, backend: str = "auto"):
+    def __init__(self, node, backend: str = "auto", on_refused=None):
         if backend not in BACKENDS:
             raise ValueError(f"TfLookup backend {backend!r}: use one of {', '.join(BACKENDS)}")
         tf2_ros = _import_tf2_ros() if backend != "tf_static" else None
@@ -53,6 +54,7 @@ class TfLookup:
             raise TfUnavailable("TfLookup backend tf2_ros: tf2_ros is not importable (source a ROS distro "
                                 "that has it, or use backend tf_static)")
         self.last_failure = ""
+        self._on_refused = on_refused
         self._tf2_ros = tf2_ros
         if tf2_ros is not None:
             self.backend, self.dynamic = "tf2_ros", True
@@ -61,7 +63,7 @@ class TfLookup:
             self._listener = tf2_ros.TransformListener(self._buffer, node)
         else:
             self.backend, self.dynamic = "tf_static", False
-            self._static = StaticTfListener(node)
+            self._static = StaticTfListener(node, on_refused)
 
     def lookup(self, target_frame: str, source_frame: str) -> np.ndarray | None:
         """T_target_source [4, 4] from the newest transforms (a mount: base_frame -> camera frame)."""
@@ -96,7 +98,14 @@ class TfLookup:
         except self._tf2_ros.TransformException as error:   # lookup, connectivity, extrapolation
             self.last_failure = f"no {target_frame} -> {source_frame} transform: {error}"
             return None
-        return transform_matrix(transform.transform)
+        try:   # tf2 stores what it is sent: the input boundary applies to its answers too
+            return checked_transform(transform.transform.translation, transform.transform.rotation,
+                                     f"TF {target_frame} -> {source_frame}")
+        except Refused as error:
+            self.last_failure = str(error)
+            if self._on_refused is not None:
+                self._on_refused(str(error))
+            return None
 
     def destroy(self) -> None:
         """Remove the subscriptions from the node (the tf2 listener's /tf and /tf_static too)."""

@@ -21,7 +21,8 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
 from lingbot_ros.mapping.frames import rigid_inverse
-from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, tf_message_type, transform_matrix
+from lingbot_ros.ros.input_checks import Refused, checked_transform
+from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, tf_message_type
 
 # Frames named in a failed lookup's explanation, at most (a URDF can have hundreds).
 _FRAMES_NAMED = 12
@@ -85,13 +86,16 @@ class StaticTree:
 class StaticTfListener:
     """The newest static transforms from /tf_static, chained (see the module docstring).
 
-    ``StaticTfListener(node)`` subscribes at once; the node's executor delivers the messages.
+    ``StaticTfListener(node, on_refused)`` subscribes at once; the node's executor delivers the
+    messages. A transform refused at the input boundary (input_checks) is not stored and goes to
+    ``on_refused(text)``; an earlier good one of the same child frame stays.
     ``lookup(target_frame, source_frame)`` may be called from any thread; ``destroy()`` removes
     the subscription from the node. Raises TfUnavailable when tf2_msgs is not importable.
     """
 
-    def __init__(self, node):
+    def __init__(self, node, on_refused=None):
         self._node = node
+        self._on_refused = on_refused
         self._tree = StaticTree()
         self._lock = threading.Lock()
         self._subscription = node.create_subscription(
@@ -100,15 +104,20 @@ class StaticTfListener:
 
     def _on_message(self, msg) -> None:
         for transform in msg.transforms:
+            parent, child = transform.header.frame_id, transform.child_frame_id
             try:
-                parent_child = transform_matrix(transform.transform)
-            except ValueError as error:   # a zero quaternion: skip it, keep the executor alive
-                self._node.get_logger().warning(
-                    f"/tf_static: {transform.header.frame_id} -> {transform.child_frame_id} ignored: {error}",
-                    throttle_duration_sec=10.0)
+                if not parent or not child or parent == child:
+                    raise Refused(f"frames '{parent}' -> '{child}'")
+                parent_child = checked_transform(transform.transform.translation, transform.transform.rotation,
+                                                 f"/tf_static {parent} -> {child}")
+            except Refused as error:
+                text = f"/tf_static transform ignored: {error}"
+                self._node.get_logger().warning(text, throttle_duration_sec=10.0)
+                if self._on_refused is not None:
+                    self._on_refused(text)
                 continue
             with self._lock:
-                self._tree.set(transform.header.frame_id, transform.child_frame_id, parent_child)
+                self._tree.set(parent, child, parent_child)
 
     def lookup(self, target_frame: str, source_frame: str) -> np.ndarray | None:
         """T_target_source [4, 4] from the newest static transforms, or None if not connected."""

@@ -11,6 +11,10 @@ import threading
 from concurrent.futures import Future
 from typing import Callable
 
+# Commands waiting for the worker, at most: a caller past this is refused at once (the periodic
+# ~/map publication is coalesced to one; services wait for their own).
+MAX_COMMANDS = 64
+
 
 class FrameInbox:
     """Newest-frame-wins slot (``keep_all=False``) or a bounded FIFO (``keep_all=True``).
@@ -100,6 +104,9 @@ class Worker:
         future: Future = Future()
         if self._stop.is_set():
             future.set_exception(RuntimeError("the worker has stopped"))
+        elif self._commands.qsize() >= MAX_COMMANDS:
+            future.set_exception(RuntimeError(f"the worker is busy: {MAX_COMMANDS} requests already waiting, "
+                                              "nothing done"))
         else:
             self._commands.put((future, fn, args))
         return future

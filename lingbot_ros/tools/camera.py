@@ -14,6 +14,8 @@ import contextlib
 import sys
 import time
 
+from lingbot_ros.tools import interrupts
+
 DEFAULT_TOPIC = "/camera/image_raw"
 
 
@@ -33,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    return interrupts.run(_main, argv)
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if args.rate <= 0:
         print("lingbot-ros-camera: --rate must be > 0", file=sys.stderr)
@@ -46,12 +52,13 @@ def main(argv=None) -> int:
         return 2
 
     import rclpy
+    from rclpy.signals import SignalHandlerOptions
     from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import CompressedImage, Image
 
     from lingbot_ros.io.image_codec import fill_compressed, fill_image
 
-    rclpy.init(args=None)
+    rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node("lingbot_camera")
     qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE) if args.reliable \
         else qos_profile_sensor_data

@@ -30,9 +30,11 @@ import rclpy
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import HistoryPolicy, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 
+from lingbot_ros.tools import interrupts
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
 from lingbot_ros.tools.replay_progress import PlaybackProgress
 from lingbot_ros.tools.replay_qos import PRESETS, describe, parse_overrides, preset, recorded_profile
@@ -120,6 +122,10 @@ def _check_args(args) -> str | None:
 
 
 def main(argv=None) -> int:
+    return interrupts.run(_main, argv)
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     error = _check_args(args)
     if error is not None:
@@ -148,7 +154,7 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
     # Not sys.argv: rcl would read this tool's OLD:=NEW and TOPIC:=PRESET values as remap rules.
-    rclpy.init(args=[])
+    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node("lingbot_replay", start_parameter_services=False)
     executor = SingleThreadedExecutor()
     executor.add_node(node)

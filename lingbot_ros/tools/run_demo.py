@@ -16,6 +16,7 @@ The default source is data/courthouse_jpg of the project's shared folder: $LINGB
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         Parameter("model_config", value=args.model_config),
         Parameter("device", value=args.device),
         Parameter("image_width", value=width),
-        Parameter("save_directory", value=args.out),
+        Parameter("save_directory", value=os.path.abspath(args.out)),   # relative ones are under $ROS_HOME
         Parameter("process_all_frames", value=True),
     ])
     client_node = rclpy.create_node("lingbot_demo")
@@ -174,7 +175,7 @@ def _save_and_summarise(client_node, node, args, save_map_type, elapsed: float, 
     random_weights = node.bundle is not None and node.bundle.random_weights
     if save_map_type is not None:
         client = client_node.create_client(save_map_type, "/map_node/save_map")
-        request = save_map_type.Request(directory=args.out)
+        request = save_map_type.Request(directory="")   # the node's save_directory: args.out
     else:
         client, request = client_node.create_client(Trigger, "/map_node/save_map"), Trigger.Request()
     if not client.wait_for_service(timeout_sec=10.0):

@@ -1,0 +1,351 @@
+"""Hostile input against the real node over DDS (ros_harness): one node process per input class,
+many bad values each. Every case asserts that the process lives, the image counters balance
+(received = processed + dropped + rejected + failed), nothing non-finite is published or saved,
+the reason is visible in ~/status or /diagnostics, and good input afterwards is processed.
+
+Classes: odometry (~/odometry_in), the camera mount on /tf_static, live parameters (with the
+QoS of a best-effort camera and the periodic map), services and save paths, start-up parameters.
+"""
+import math
+import signal
+
+import numpy as np
+import pytest
+from nav_msgs.msg import Odometry
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.srv import GetParameters, SetParameters
+from sensor_msgs.msg import CompressedImage, PointCloud2
+from std_srvs.srv import Trigger
+
+from ros_harness import BAG_TOPIC, SaveMap, _jpeg, _string_parameter, interrupt_and_check_exit
+from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from lingbot_ros.mapping.export import read_ply, read_tum
+
+tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not importable (scripts/setup.sh builds it)")
+from geometry_msgs.msg import TransformStamped  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+STATIC = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def _double(name, value):
+    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
+
+
+def _integer(name, value):
+    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=value))
+
+
+def _set(ros, parameter):
+    result = ros.call(SetParameters, "/map_node/set_parameters", SetParameters.Request(parameters=[parameter]))
+    return result.results[0].successful, result.results[0].reason
+
+
+def _balanced(status) -> bool:
+    # A frame buffered for phase 1 (init_frames) is accounted for but not yet processed.
+    return status.frames_received == (status.frames_processed + status.init_frames + status.frames_dropped
+                                      + status.frames_rejected + status.frames_failed)
+
+
+def _diagnostics_text(ros) -> str:
+    """Every message and value of the node's newest /diagnostics array, as one text."""
+    if not ros.diagnostics:
+        return ""
+    return " ".join(f"{s.message} {' '.join(kv.value for kv in s.values)}" for s in ros.diagnostics[-1].status)
+
+
+def _warned(ros, text: str) -> bool:
+    """The newest /diagnostics has the node's status at WARN or worse, with ``text`` in its message."""
+    if not ros.diagnostics:
+        return False
+    status = ros.diagnostics[-1].status[0]
+    return status.level[0] >= 1 and text in status.message
+
+
+def _alive_and_balanced(ros, node, accounted: int):
+    """The node lives and ``accounted`` frames are processed or buffered for phase 1."""
+    assert node.poll() is None, ros.output(node)[-3000:]
+
+    def settled():
+        status = ros.settled()
+        return status if status and status.frames_processed + status.init_frames == accounted else None
+
+    status = ros.wait(settled, f"{accounted} frames processed or buffered and accounted for")
+    assert _balanced(status) and status.frames_failed == 0
+    assert "Traceback" not in ros.output(node)
+    return status
+
+
+def _finite_transforms(messages, child: str) -> list:
+    found = [t for m in messages for t in m.transforms if t.child_frame_id == child]
+    for t in found:
+        values = [t.transform.translation.x, t.transform.translation.y, t.transform.translation.z,
+                  t.transform.rotation.x, t.transform.rotation.y, t.transform.rotation.z, t.transform.rotation.w]
+        assert all(math.isfinite(v) for v in values), t
+    return found
+
+
+def _odometry(stamp_s: float, x: float = 0.0, frame="odom", child="base_link", q=(0.0, 0.0, 0.0, 1.0)) -> Odometry:
+    msg = Odometry()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp_s), round(stamp_s % 1 * 1e9)
+    msg.header.frame_id, msg.child_frame_id = frame, child
+    msg.pose.pose.position.x = x
+    o = msg.pose.pose.orientation
+    o.x, o.y, o.z, o.w = q
+    return msg
+
+
+def _bad_odometry(stamp_s: float) -> dict:
+    nan, inf = float("nan"), float("inf")
+    zero_stamp = _odometry(stamp_s)
+    zero_stamp.header.stamp.sec = zero_stamp.header.stamp.nanosec = 0
+    nan_y = _odometry(stamp_s)
+    nan_y.pose.pose.position.y = nan
+    return {
+        "NaN quaternion": _odometry(stamp_s, q=(nan, 0.0, 0.0, 1.0)),
+        "zero quaternion": _odometry(stamp_s, q=(0.0, 0.0, 0.0, 0.0)),
+        "quaternion of norm 2": _odometry(stamp_s, q=(0.0, 0.0, 0.0, 2.0)),
+        "NaN position": nan_y,
+        "inf position": _odometry(stamp_s, x=inf),
+        "1e200 m": _odometry(stamp_s, x=1e200),
+        "zero stamp": zero_stamp,
+        "an hour ahead": _odometry(stamp_s + 3600.0),
+        "another robot's frame_id": _odometry(stamp_s, frame="robot2/odom"),
+        "another robot's child_frame_id": _odometry(stamp_s, child="robot2/base_link"),
+        "empty frame ids": _odometry(stamp_s, frame="", child=""),
+    }
+
+
+def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, tiny):  # noqa: F811
+    fixture, _ = tiny
+    # A long diagnostics window: the refusals stay in it however slow the machine is.
+    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
+                          "diagnostics_window_s:=120.0")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    transforms: list = []
+    ros.node.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 100)
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
+    ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count(), "the node's subscriptions")
+    images.publish(_jpeg(0, 100.0))   # the image clock starts here
+    _alive_and_balanced(ros, node, 1)
+    # A diagnostics tick of the active node first: its window counts from its first tick.
+    ros.wait(lambda: ros.diagnostic("frames_received") == "1", "a /diagnostics array after the first image")
+
+    bad = _bad_odometry(100.05)
+    for msg in bad.values():
+        odometry.publish(msg)
+    status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].odometry_rejected == len(bad) else None,
+                      f"{len(bad)} odometry messages refused")
+    assert status.odometry_received == len(bad) and node.poll() is None
+    ros.wait(lambda: _warned(ros, f"{len(bad)} odometry message(s) refused") and _warned(ros, "expected odom_frame"),
+             "the refusals and the newest one's reason in /diagnostics (WARN)")
+    # The newest refusal's reason (empty frame ids) names the topic and the expected frames.
+    last_error = ros.statuses[-1].last_error
+    assert "/map_node/odometry_in" in last_error and "expected odom_frame 'odom'" in last_error, last_error
+
+    # Good odometry afterwards: every sample taken (the hour-ahead one poisoned nothing), and
+    # map -> odom goes out for the frames that have it, finite.
+    good = [_odometry(100.0 + 0.05 * i, x=0.01 * i) for i in range(20)]
+    for msg in good:
+        odometry.publish(msg)
+    ros.wait(lambda: ros.statuses[-1].odometry_received == len(bad) + len(good) or None, "the good odometry")
+    for i in range(1, 8):
+        images.publish(_jpeg(i, 100.0 + 0.1 * i))
+    status = _alive_and_balanced(ros, node, 8)
+    assert status.odometry_rejected == len(bad)
+    published = ros.wait(lambda: len(_finite_transforms(transforms, "odom")) >= 7 and transforms,
+                         "map -> odom for the frames with odometry")
+    assert {t.header.frame_id for m in published for t in m.transforms if t.child_frame_id == "odom"} == {"map"}
+    # Republished at a fixed rate and post-dated (transform_publish_period_s, transform_timeout_s):
+    # a lookup at "now" finds the newest map -> odom between frames, as Nav2 asks for it.
+    tf2_ros = pytest.importorskip("tf2_ros", reason="tf2_ros not installed (scripts/install_tf2.sh)")
+    buffer = tf2_ros.Buffer()
+    listener = tf2_ros.TransformListener(buffer, ros.node)
+    def at_now():
+        now = ros.node.get_clock().now()
+        return buffer.can_transform("map", "odom", now) and buffer.lookup_transform("map", "odom", now)
+
+    found = ros.wait(at_now, "map -> odom at now")
+    newest = [t for m in transforms for t in m.transforms if t.child_frame_id == "odom"][-1]
+    assert found.transform.translation.x == pytest.approx(newest.transform.translation.x, abs=1e-9)
+    assert _finite_transforms(transforms, "odom")
+    listener.unregister()
+
+    # A reset keeps the odometry buffered for the frames still to come: the new stream's frames
+    # get map -> odom at their stamps (the buffer was cleared at every restart).
+    reset = ros.call(Trigger, "/map_node/reset", Trigger.Request())
+    assert reset.success, reset.message
+    after = [100.8, 100.85, 100.9]
+    for i, stamp_s in enumerate(after):
+        images.publish(_jpeg(10 + i, stamp_s))
+    _alive_and_balanced(ros, node, 11)
+    stamps = ros.wait(lambda: {round(t.header.stamp.sec + t.header.stamp.nanosec * 1e-9, 3)
+                               for t in _finite_transforms(transforms, "odom")} >= set(after) or None,
+                      "map -> odom for the frames after the reset")
+    assert stamps
+    interrupt_and_check_exit(ros, node)
+
+
+def _mount(translation, quaternion, parent="base_link", child="cam") -> TransformStamped:
+    t = TransformStamped()
+    t.header.stamp.sec = 1
+    t.header.frame_id, t.child_frame_id = parent, child
+    # floats: an int in a float64 field is serialised as garbage by the generated C conversion
+    t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = map(float, translation)
+    r = t.transform.rotation
+    r.x, r.y, r.z, r.w = map(float, quaternion)
+    return t
+
+
+def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite(ros, tiny, tmp_path):  # noqa: F811
+    fixture, _ = tiny
+    nan, inf = float("nan"), float("inf")
+    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "diagnostics_window_s:=120.0")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    static = ros.node.create_publisher(tf2_msgs.TFMessage, "/tf_static", STATIC)
+    # Each a separate message (the newest of a child wins); the last, a kilometre-long mount, is
+    # the one a tf2 buffer keeps (tf2 itself drops non-finite ones): refused at the lookup.
+    for transform in (_mount((0, 0, 0), (nan, 0, 0, 1)), _mount((inf, 0, 0), (0, 0, 0, 1)),
+                      _mount((0, 0, 0), (0, 0, 0, 0)), _mount((0, 0, nan), (0, 0, 0, 1)),
+                      _mount((1000.0, 0, 0), (0, 0, 0, 1))):
+        static.publish(tf2_msgs.TFMessage(transforms=[transform]))
+    ros.wait(static.get_subscription_count, "the node's /tf_static subscription")
+    from rclpy.duration import Duration
+    assert static.wait_for_all_acked(Duration(seconds=30))
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    ros.wait(images.get_subscription_count, "the node's image subscription")
+    for i in range(6):
+        images.publish(_jpeg(i, 200.0 + 0.1 * i))
+    _alive_and_balanced(ros, node, 6)
+    status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].tf_rejected >= 1 else None, "a refused mount")
+    assert "camera mount" in status.last_error or "/tf_static" in status.last_error
+    ros.wait(lambda: ros.diagnostic("camera_mount") == "the camera_mount setting", "the mount from the parameter")
+    ros.wait(lambda: _warned(ros, "camera mount base_link -> cam on TF was refused"), "the refusal in /diagnostics (WARN)")
+    saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "saved")))
+    assert saved.success, saved.message
+    xyz, _ = read_ply(saved.ply_path)
+    assert len(xyz) and np.isfinite(xyz).all()
+    poses = [c2w for _, c2w, _ in read_tum(saved.tum_path)]
+    assert len(poses) == 6 and np.isfinite(np.array(poses)).all()
+    interrupt_and_check_exit(ros, node)
+
+
+def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  # noqa: F811
+    fixture, _ = tiny
+    root = tmp_path / "maps"
+    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", f"save_directory:={root}")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+
+    # Values a range accepted although the code could not apply them, and wrong types: refused
+    # with the reason, the process alive.
+    refused = {
+        "map_publish_period_s": (_double("map_publish_period_s", 1e12), "out of range"),
+        "diagnostics_period_s": (_double("diagnostics_period_s", 1e9), "out of range"),
+        "service_timeout_s": (_double("service_timeout_s", 1e308), "out of range"),
+        "max_stamp_gap_s": (_double("max_stamp_gap_s", 1e308), "out of range"),
+        "stale_after_s (NaN)": (_double("stale_after_s", float("nan")), "stale_after_s"),
+        "save_directory (empty)": (_string_parameter("save_directory", ""), "must name a directory"),
+        "scale (read-only)": (_double("scale", 1e39), "read-only"),
+    }
+    for case, (parameter, why) in refused.items():
+        successful, reason = _set(ros, parameter)
+        assert not successful and why in reason, (case, reason)
+        assert node.poll() is None, case
+
+    # An integer for a float parameter is taken as that float: the parameter keeps its type.
+    assert _set(ros, _integer("min_confidence", 2)) == (True, "")
+    value = ros.call(GetParameters, "/map_node/get_parameters", GetParameters.Request(names=["min_confidence"]))
+    assert (value.values[0].type, value.values[0].double_value) == (ParameterType.PARAMETER_DOUBLE, 2.0)
+
+    # A best-effort camera against process_all_frames: its mismatch is a WARN naming the topic.
+    best_effort = ros.node.create_publisher(CompressedImage, BAG_TOPIC, QoSProfile(
+        depth=5, reliability=ReliabilityPolicy.BEST_EFFORT))
+    ros.wait(lambda: _warned(ros, BAG_TOPIC) and "incompatible" in ros.diagnostics[-1].status[0].message,
+             "the QoS mismatch in /diagnostics")
+    ros.node.destroy_publisher(best_effort)
+
+    # A tiny map period with a subscriber: publications coalesce, services still answer.
+    maps: list = []
+    ros.node.create_subscription(PointCloud2, "/map_node/map", maps.append, QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    assert _set(ros, _double("map_publish_period_s", 0.001)) == (True, "")
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    ros.wait(images.get_subscription_count, "the node's image subscription")
+    for i in range(5):
+        images.publish(_jpeg(i, 300.0 + 0.1 * i))
+    _alive_and_balanced(ros, node, 5)
+    ros.wait(lambda: maps, "a map")
+    flushed = ros.call(Trigger, "/map_node/flush_deferred_evictions", Trigger.Request())
+    assert flushed.success, flushed.message
+    for msg in maps[-3:]:
+        assert msg.is_dense and msg.width > 0
+
+    # Save paths: an escape is refused and nothing is written; answers are absolute.
+    escape = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory="../../escape"))
+    assert not escape.success and "leaves save_directory" in escape.message
+    assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()
+    inside = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory="run1"))
+    assert inside.success and inside.ply_path == str(root / "run1" / "map.ply")
+    default = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=""))
+    assert default.success and default.tum_path == str(root / "trajectory.tum")
+    # A symlink at the target is replaced, its target untouched.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (root / "linked").mkdir()
+    (root / "linked" / "map.ply").symlink_to(victim)
+    linked = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory="linked"))
+    assert linked.success and victim.read_text() == "keep me"
+    assert not (root / "linked" / "map.ply").is_symlink()
+    # A save that cannot complete (trajectory.tum is a directory) keeps the previous files.
+    (root / "broken").mkdir()
+    (root / "broken" / "map.ply").write_bytes(b"previous map")
+    (root / "broken" / "trajectory.tum").mkdir()
+    broken = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory="broken"))
+    assert not broken.success and "not a regular file" in broken.message
+    assert (root / "broken" / "map.ply").read_bytes() == b"previous map"
+    assert sorted(p.name for p in (root / "broken").iterdir()) == ["map.ply", "trajectory.tum"]
+
+    # Good input after all of it: processed, balanced.
+    for i in range(5, 8):
+        images.publish(_jpeg(i, 300.0 + 0.1 * i))
+    status = _alive_and_balanced(ros, node, 8)
+    assert status.callback_errors == 0
+    interrupt_and_check_exit(ros, node)
+
+
+def test_hostile_start_up_parameters_fail_configure_naming_each(ros, tiny):  # noqa: F811
+    fixture, _ = tiny
+    node = ros.start_node(fixture, "scale_source:=fixed", "scale:=1e39", "odom_frame:=base_link",
+                          "save_directory:=' '", "map_publish_period_s:=1e12", "service_timeout_s:=1e308",
+                          "diagnostics_period_s:=1e300")
+    assert node.wait(120) == 1
+    out = ros.output(node)
+    assert "Traceback" not in out and "see above" not in out
+    for name in ("'scale'", "'odom_frame' must differ from 'base_frame'", "'save_directory'",
+                 "'map_publish_period_s'", "'service_timeout_s'", "'diagnostics_period_s'"):
+        assert name in out, (name, out[-3000:])
+
+
+def test_the_tools_end_on_sigterm_and_sigint_with_exit_0_in_every_phase(ros, shared_dir):
+    bag = shared_dir / "data" / "courthouse_bag"
+    if not bag.is_dir():
+        pytest.skip("courthouse bag missing")
+    received: list = []
+    ros.node.create_subscription(CompressedImage, "/hostile_camera/compressed", received.append, 10)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        camera = ros.start("camera", ["-m", "lingbot_ros.tools.camera", "--source", "synthetic:64x48",
+                                      "--rate", "20", "--topic", "/hostile_camera", "--compressed", "--reliable"])
+        ros.wait(lambda: received, "the camera's images")
+        received.clear()
+        camera.send_signal(signum)
+        assert camera.wait(20) == 0 and "Traceback" not in ros.output(camera)
+        # Waiting for a node that never comes (no map_node here), then the signal.
+        player = ros.start("replay", ["-m", "lingbot_ros.tools.replay", str(bag), "--wait-for-node", "/map_node",
+                                      "--node-timeout", "600", "--wait-for-subscribers", "0"])
+        ros.wait(lambda: "lingbot_replay" in ros.node.get_node_names(), "the player's node")
+        player.send_signal(signum)
+        assert player.wait(20) == 0, ros.output(player)[-2000:]
+        assert "Traceback" not in ros.output(player)
