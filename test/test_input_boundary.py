@@ -14,6 +14,7 @@ from nav_msgs.msg import Odometry  # noqa: E402
 
 from lingbot_ros.mapping.export import read_ply, write_files, write_ply  # noqa: E402
 from lingbot_ros.ros import services  # noqa: E402
+from lingbot_ros.ros.messages import header_stamp_ns  # noqa: E402
 from lingbot_ros.ros.input_checks import (ImageClock, Refused, check_odometry, check_stamp,  # noqa: E402
                                           checked_matrix, checked_transform)
 from lingbot_ros.ros.safety import SafetyNet  # noqa: E402
@@ -78,6 +79,17 @@ class _Logger:
 
     def error(self, text, **kwargs):
         self.errors.append((text, kwargs))
+
+
+@pytest.mark.parametrize("sec, nanosec", [(0, 0), (100, 50_000_000), (2**31 - 1, 999_999_999), (-5, 7)])
+def test_an_odometry_stamp_is_read_from_its_serialized_bytes(sec, nanosec):
+    # What the 1 kHz odometry thinning reads before it deserialises anything.
+    from rclpy.serialization import serialize_message
+    msg = Odometry()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+    msg.header.frame_id, msg.child_frame_id = "odom", "base_link"
+    assert header_stamp_ns(serialize_message(msg)) == sec * 10**9 + nanosec
+    assert header_stamp_ns(b"\x00\x01\x00\x00") is None
 
 
 def test_the_safety_net_catches_counts_and_logs_the_traceback_once():

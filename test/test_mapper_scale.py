@@ -9,7 +9,9 @@ from PIL import Image
 
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.robot import applied_scale
 from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.mapping.voxel_map import VoxelMap
 
@@ -72,12 +74,11 @@ def test_voxels_are_metres_once_the_scale_is_known(base, scale):
         np.testing.assert_array_equal(got, want)
 
 
-def test_the_scale_is_estimated_from_odometry_within_two_percent(base):
-    settings, frames = base
+def synthetic_odometry(settings, frames, noise_m: float = 0.001):
+    """The robot's odometry: the model's own path, metric (s_true), in an odom frame of its own,
+    with ``noise_m`` noise; s_true makes a step ~0.15 m, so pairs close every ~2 keyframes."""
     _, model_run = run(settings, frames)
     centres = np.stack([o.internal_pose[:3, 3] for o in model_run])
-    # The robot's odometry: the same path, metric (s_true), in an odom frame of its own, with
-    # 1 mm noise; s_true makes a step ~0.15 m, so pairs close every ~2 keyframes.
     step = np.median(np.linalg.norm(np.diff(centres, axis=0), axis=1))
     s_true = 0.15 / step
     rng = np.random.default_rng(0)
@@ -87,8 +88,14 @@ def test_the_scale_is_estimated_from_odometry_within_two_percent(base):
     for output, centre in zip(model_run, centres):
         pose = np.eye(4)
         pose[:3, :3] = rotation
-        pose[:3, 3] = rotation @ (s_true * centre) + [5.0, -2.0, 0.0] + rng.normal(0, 0.001, 3)
+        pose[:3, 3] = rotation @ (s_true * centre) + [5.0, -2.0, 0.0] + rng.normal(0, noise_m, 3)
         odometry[output.stamp_ns] = pose
+    return odometry, s_true
+
+
+def test_the_scale_is_estimated_from_odometry_within_two_percent(base):
+    settings, frames = base
+    odometry, s_true = synthetic_odometry(settings, frames)
     estimated = dataclasses.replace(settings, scale_source="odometry", scale_min_motion_m=0.1, scale_max_spread=0.05)
     mapper, outputs = run(estimated, frames, odometry)
     snapshot = mapper.snapshot
@@ -99,6 +106,37 @@ def test_the_scale_is_estimated_from_odometry_within_two_percent(base):
     np.testing.assert_allclose(first.camera_pose[:3, 3], first.internal_pose[:3, 3], rtol=1e-12)
     # (the scale of its time: one keyframe before the final estimate)
     np.testing.assert_allclose(last.camera_pose[:3, 3], snapshot.scale * last.internal_pose[:3, 3], rtol=0.005)
+
+
+@pytest.mark.parametrize("step", [0.0, 0.01])
+def test_a_known_scale_moves_the_map_by_bounded_steps_or_not_at_all(base, step):
+    """Regression: with slightly inconsistent odometry the whole map rescaled at every keyframe
+    once the scale was known. Now it follows the estimate by at most ``scale_update_step`` per
+    keyframe, only beyond that much difference, and 0 freezes it at the first known value."""
+    settings, frames = base
+    odometry, _ = synthetic_odometry(settings, frames, noise_m=0.01)
+    estimated = dataclasses.replace(settings, scale_source="odometry", scale_min_motion_m=0.1,
+                                    scale_max_spread=0.1, scale_update_step=step)
+    mapper, outputs = run(estimated, frames, odometry)
+    applied = [o.conversion.metric.scale for o in outputs if o.conversion.metric.known]
+    assert applied and mapper.snapshot.scale_known and mapper.snapshot.scale == applied[-1]
+    ratios = np.array(applied[1:]) / np.array(applied[:-1])
+    assert np.all(np.abs(np.log(ratios)) <= np.log1p(step) + 1e-12), ratios
+    # This odometry moves the estimate beyond 1% after it is known: followed in a bounded step,
+    # or not at all when frozen.
+    assert len(set(applied)) == (1 if step == 0.0 else 2), applied
+
+
+def test_applied_scale_takes_the_first_estimate_then_follows_in_bounded_steps():
+    known = MetricScale(known=True, scale=2.0, spread=0.01, pairs=10, reason="")
+    unknown = MetricScale(known=False, scale=1.0, spread=float("inf"), pairs=3, reason="collecting pairs")
+    assert applied_scale(unknown, known, 0.01) is known                      # the first known estimate
+    assert applied_scale(known, dataclasses.replace(known, scale=2.015), 0.01) is known   # within the step
+    moved = applied_scale(known, dataclasses.replace(known, scale=3.0, spread=0.02), 0.01)
+    assert moved.known and moved.scale == pytest.approx(2.02) and moved.spread == 0.02
+    assert applied_scale(known, dataclasses.replace(known, scale=1.0), 0.01).scale == pytest.approx(2.0 / 1.01)
+    assert applied_scale(known, dataclasses.replace(known, scale=3.0), 0.0) is known     # frozen
+    assert applied_scale(known, unknown, 0.01) is known                      # a lost estimate keeps it
 
 
 def test_until_odometry_arrives_the_status_says_why(base):

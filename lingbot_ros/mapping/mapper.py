@@ -518,8 +518,9 @@ class Mapper:
         return stats["frames_stored"], pages, nbytes
 
     def _scale_fields(self) -> dict:
-        state = self._stream.frames.source.state()
-        return {"scale_known": state.known, "scale": state.scale, "scale_spread": state.spread,
+        # The scale outputs use (robot.applied_scale), with the estimate's spread and reason.
+        state, applied = self._stream.frames.source.state(), self._stream.frames.conversion.metric
+        return {"scale_known": applied.known, "scale": applied.scale, "scale_spread": state.spread,
                 "scale_text": state.reason, "camera_mount": self.robot.mount_source}
 
     def _window_fields(self) -> dict:

@@ -6,12 +6,13 @@ setting) and the odometry buffer. ``StreamFrames`` is one stream's part: its sca
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from .frames import MapConversion, Placement, rigid_inverse
-from .metric_scale import ScaleSource, make_scale_source
+from .metric_scale import MetricScale, ScaleSource, make_scale_source
 from .odometry import OdometryBuffer
 from .settings import MapperSettings
 
@@ -59,7 +60,7 @@ class RobotFrames:
         """A constant scale: the new stream continues in the ended one's I, from its last camera
         (T_I_camera), with the same conversion into map."""
         return Placement.continuing_from(camera_pose_internal), StreamFrames(
-            self._source(), conversion, self.odometry, self.mount)
+            self._source(), conversion, self.odometry, self.mount, self.settings.scale_update_step)
 
     def continuing_stream(self, camera_pose_map: np.ndarray) -> tuple[Placement, "StreamFrames"]:
         """A scale of its own (odometry): the new stream continues the map from
@@ -76,15 +77,16 @@ class RobotFrames:
     def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
         source = self._source()
         conversion = MapConversion(source.state(), rigid_inverse(self.mount), origin_internal, origin_map)
-        return StreamFrames(source, conversion, self.odometry, self.mount)
+        return StreamFrames(source, conversion, self.odometry, self.mount, self.settings.scale_update_step)
 
 
 class StreamFrames:
     """One stream's metric scale and its conversion into ``map``."""
 
     def __init__(self, source: ScaleSource, conversion: MapConversion, odometry: OdometryBuffer,
-                 mount: np.ndarray):
+                 mount: np.ndarray, update_step: float):
         self.source, self.conversion, self._odometry, self._mount = source, conversion, odometry, mount
+        self._update_step = update_step
         self._last_keyframe_ns: int | None = None
 
     def keyframe(self, stamp_ns: int, internal_pose: np.ndarray) -> None:
@@ -96,11 +98,30 @@ class StreamFrames:
         odom_base = self._odometry.at(stamp_ns)
         odom_camera = None if odom_base is None else odom_base @ self._mount
         self.source.add_keyframe(stamp_ns, internal_pose[:3, 3], odom_camera)
-        state, metric = self.source.state(), self.conversion.metric
+        applied = applied_scale(self.conversion.metric, self.source.state(), self._update_step)
         # A new conversion only when what it converts with changes (outputs and ~/path key on it).
-        if (state.known, state.scale) != (metric.known, metric.scale):
-            self.conversion = self.conversion.with_metric(state)
+        if applied is not self.conversion.metric:
+            self.conversion = self.conversion.with_metric(applied)
 
     def window_switch(self) -> None:
         """A new window: no pair across the switch; the estimate goes on."""
         self.source.break_pairs()
+
+
+def applied_scale(applied: MetricScale, estimate: MetricScale, step: float) -> MetricScale:
+    """The scale outputs use after a new ``estimate``; ``applied`` itself when it stays.
+
+    The first known estimate is taken as it is. After that a known scale never moves the whole
+    map by the estimate's noise at every keyframe: it follows only an estimate more than ``step``
+    (relative) away, by at most ``step`` per keyframe, and ``step`` 0 freezes it. An estimate
+    that loses its confidence (the spread grew) leaves the known scale as it was.
+    """
+    if not applied.known:
+        return estimate if (estimate.known, estimate.scale) != (applied.known, applied.scale) else applied
+    if not estimate.known or step == 0.0:
+        return applied
+    ratio = estimate.scale / applied.scale
+    if abs(math.log(ratio)) <= math.log1p(step):
+        return applied
+    factor = 1.0 + step if ratio > 1.0 else 1.0 / (1.0 + step)
+    return dataclasses.replace(estimate, scale=applied.scale * factor)

@@ -176,6 +176,10 @@ class MapperSettings:
                                              "(standing still and turning in place give none)", above=0)
     scale_max_spread: float = setting(0.02, "odometry scale: largest relative standard error of a known "
                                             "scale", above=0)
+    scale_update_step: float = setting(0.01, "odometry scale, once known: the applied scale follows the estimate "
+                                             "only when they differ by more than this fraction, and then by at "
+                                             "most this fraction per keyframe (0 = frozen once known)",
+                                       minimum=0, maximum=1)
     # -- map and trajectory ----------------------------------------------------------------------
     min_confidence: float = setting(1.5, "minimum depth confidence of map and published points (the model's "
                                          "confidence is 1 + exp(x) > 1: any value up to 1 keeps every point)",

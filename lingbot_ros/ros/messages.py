@@ -1,6 +1,8 @@
 """Builders for the node's output messages. Every builder takes the input image's stamp."""
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from geometry_msgs.msg import Pose, PoseStamped
 from nav_msgs.msg import Odometry
@@ -102,3 +104,13 @@ def camera_info(intrinsic_3x3: np.ndarray, width: int, height: int, stamp, frame
     projection[:, :3] = k
     msg.p = projection.reshape(-1).tolist()
     return msg
+
+
+def header_stamp_ns(serialized: bytes) -> int | None:
+    """The header stamp of a serialized message that starts with a std_msgs/Header (CDR: a 4-byte
+    encapsulation whose second byte is 1 for little endian, then stamp.sec int32, stamp.nanosec
+    uint32), read without deserialising it; None when the bytes are too short to hold one."""
+    if len(serialized) < 12:
+        return None
+    sec, nanosec = struct.unpack_from("<iI" if serialized[1] == 1 else ">iI", serialized, 4)
+    return sec * 1_000_000_000 + nanosec
