@@ -1,0 +1,92 @@
+"""The Mapper's seam to the map database: what it calls at its events, and nothing else.
+
+    frame(output, window, final)   a frame's pose entered or changed in the trajectory
+    removed(index)                 a rolled-back frame left it
+    cleared()                      a reset cleared the map and the trajectory
+    points(xyz, rgb)               a keyframe's points were merged into the voxel map
+    sync(records, scale, mount)    after every verb: the window records and the conversion into map
+    commit()                       commit now (a save; tests)
+    close(provisional)             the Mapper is done (a clean end; provisional keyframes' points)
+
+Each call is a queue put for the writer thread (map_writer.py); with ``map_database`` empty the
+Mapper holds a ``NoRecorder`` whose calls do nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .map_database import resolve_path
+from .map_writer import CLEARED, CONVERSION, FRAME, POINTS, REMOVED, WINDOWS, MapWriter
+
+
+class NoRecorder:
+    """``map_database`` empty: nothing is stored."""
+
+    text, failure = "off", ""
+
+    def frame(self, output, window: int, final: bool) -> None: ...
+    def removed(self, index: int) -> None: ...
+    def cleared(self) -> None: ...
+    def points(self, xyz, rgb) -> None: ...
+    def sync(self, records, scale, mount) -> None: ...
+    def commit(self, timeout: float = 60.0) -> bool: return False
+    def close(self, provisional=()) -> None: ...
+
+
+class MapRecorder:
+    def __init__(self, writer: MapWriter):
+        self.writer = writer
+        self._records: tuple = ()
+        self._conversion: tuple = (None, None, None)
+
+    @property
+    def text(self) -> str:
+        return self.writer.text
+
+    @property
+    def failure(self) -> str:
+        return self.writer.failure
+
+    def frame(self, output, window: int, final: bool) -> None:
+        self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
+                         final))
+
+    def removed(self, index: int) -> None:
+        self.writer.put((REMOVED, index))
+
+    def cleared(self) -> None:
+        self.writer.put((CLEARED,))
+
+    def points(self, xyz, rgb) -> None:
+        self.writer.put((POINTS, xyz, rgb, False))
+
+    def sync(self, records, scale, mount) -> None:
+        """Send what changed since the last call (records are compared by identity: they are
+        immutable, so a new or dropped one is a new tuple)."""
+        records = tuple(records)
+        if len(records) != len(self._records) or any(a is not b for a, b in zip(records, self._records)):
+            self._records = records
+            self.writer.put((WINDOWS, records))
+        if (scale.scale, scale.known) != self._conversion[:2] or mount is not self._conversion[2]:
+            self._conversion = (scale.scale, scale.known, mount)
+            self.writer.put((CONVERSION, scale.scale, scale.known, mount.copy()))
+
+    def commit(self, timeout: float = 60.0) -> bool:
+        """Commit what was told so far (a save, a test); True once it is on disk."""
+        return self.writer.commit(timeout)
+
+    def close(self, provisional=()) -> None:
+        for xyz, rgb in provisional:
+            self.writer.put((POINTS, xyz, rgb, True))
+        self.writer.close()
+
+
+def open_recorder(settings, model: str, on_commit=None) -> MapRecorder | NoRecorder:
+    """The recorder ``settings.map_database`` asks for: a new run in that file, or none."""
+    if not settings.map_database:
+        return NoRecorder()
+    writer = MapWriter(resolve_path(settings.map_database), dataclasses.asdict(settings), model,
+                       settings.map_database_commit_s, settings.map_database_max_runs,
+                       settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
+                       settings.max_map_points, on_commit=on_commit)
+    return MapRecorder(writer)

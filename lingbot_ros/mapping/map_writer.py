@@ -1,0 +1,263 @@
+"""The map database's writer thread: every SQLite call of a run, off the frame loop.
+
+The frame loop only ``put``s events (a tuple each: a queue append, microseconds); this thread
+opens the file (lock, checks, crash marking, retention), applies the events in order inside one
+transaction and commits it at least every ``commit_s`` (WAL journal, synchronous FULL), so a
+SIGKILL loses at most the last ``commit_s`` of the run and never what was committed.
+
+Any failure (held by another process, read-only, corrupt, disk full, an I/O error) is caught
+here: the open transaction is rolled back (what was committed stays intact), ``failure`` says
+why, and later events are dropped. The Mapper maps on in memory; nothing is raised into it.
+If the disk falls behind by more than ``MAX_BACKLOG_BYTES`` of points, the run stops being
+stored (a growing queue would take the robot's memory instead).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .map_database import (CLEAN, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
+                           connect, describe_error, mark_crashed)
+from .voxel_map import VoxelMap, VoxelRangeError
+
+MAX_BACKLOG_BYTES = 256 * 2**20
+# A map checkpoint is written once the inserts since the last one are this large, or as large as
+# the checkpoint itself (so the stored map stays within about twice its in-memory size).
+MIN_CHECKPOINT_BYTES = 8 * 2**20
+
+# Events (tuples; the first item names them).
+FRAME, REMOVED, CLEARED, POINTS, WINDOWS, CONVERSION, END, COMMIT = (
+    "frame", "removed", "cleared", "points", "windows", "conversion", "end", "commit")
+
+
+class MapWriter:
+    def __init__(self, path: Path, settings: dict, model: str, commit_s: float, max_runs: int, max_mb: float,
+                 max_poses: int, voxel_size: float, max_points: int,
+                 on_commit: Callable[[int, int], None] | None = None):
+        self.path = Path(path)
+        self._run_row = (json.dumps(settings, sort_keys=True), model)
+        self.commit_s = commit_s
+        self._retention = (max_runs, max_mb)
+        self._indices: collections.deque[int] = collections.deque(maxlen=max_poses)   # the trajectory's keys
+        self._replica = VoxelMap(voxel_size, max_points)
+        self._on_commit = on_commit
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued_bytes = 0       # written by the producer only
+        self._done_bytes = 0         # written by this thread only
+        self.run: int | None = None
+        self.failure = ""
+        self.text = f"opening {self.path}"
+        self.commits = 0
+        self.crashed_runs: list[int] = []
+        self._conn: sqlite3.Connection | None = None
+        self._lock: WriterLock | None = None
+        self._seq = {"map_inserts": 0}
+        self._since_checkpoint = 0
+        self._last_index = -1
+        self._thread = threading.Thread(target=self._main, name="lingbot_map_writer", daemon=True)
+        self._thread.start()
+
+    # -- producer side (the frame loop) ---------------------------------------------------------
+
+    def put(self, event: tuple) -> None:
+        if self.failure:
+            return
+        if event[0] == POINTS:
+            self._queued_bytes += event[1].nbytes + event[2].nbytes
+            if self._queued_bytes - self._done_bytes > MAX_BACKLOG_BYTES:
+                self._fail(f"the disk fell behind by more than {MAX_BACKLOG_BYTES >> 20} MiB of points; "
+                           "the rest of this run is not stored")
+                return
+        self._queue.put(event)
+
+    def commit(self, timeout: float = 60.0) -> bool:
+        """Commit everything put so far now; True once done (False: failed or timed out)."""
+        done = threading.Event()
+        self._queue.put((COMMIT, done))
+        return done.wait(timeout) and not self.failure
+
+    def close(self, timeout: float = 60.0) -> bool:
+        """End the run (marked clean), commit and close; True if the thread finished in time."""
+        if self._thread.is_alive():
+            self._queue.put((END,))
+            self._queue.put(None)
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- the thread -----------------------------------------------------------------------------
+
+    def _fail(self, text: str) -> None:
+        if not self.failure:
+            self.failure = text
+            self.text = f"not stored: {text}"
+
+    def _main(self) -> None:
+        try:
+            self._open()
+        except MapDatabaseError as error:
+            self._fail(str(error))
+        except Exception as error:   # anything else the file system says: report, never raise
+            self._fail(f"{self.path}: {type(error).__name__}: {error}")
+        in_transaction, deadline = False, 0.0
+        while True:
+            try:
+                event = self._queue.get(timeout=max(0.0, deadline - time.monotonic()) if in_transaction else None)
+            except queue.Empty:
+                in_transaction = self._commit()
+                continue
+            if event is None:
+                break
+            if self.failure:
+                if event[0] == COMMIT:
+                    event[1].set()
+                continue
+            if event[0] == COMMIT:
+                in_transaction = self._commit() if in_transaction else False
+                event[1].set()
+                continue
+            try:
+                if not in_transaction:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    in_transaction, deadline = True, time.monotonic() + self.commit_s
+                self._apply(event)
+                if time.monotonic() >= deadline or event[0] == END:
+                    in_transaction = self._commit()
+            except Exception as error:
+                in_transaction = False
+                self._abandon(error)
+        if in_transaction and not self.failure:
+            self._commit()
+        self._shut()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = WriterLock(self.path)
+        self._conn = connect(self.path, readonly=False)
+        try:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            self.crashed_runs = mark_crashed(conn)
+            self.run = conn.execute("INSERT INTO runs (started_ns, settings, model, ending) VALUES (?, ?, ?, ?)",
+                                    (time.time_ns(), *self._run_row, RUNNING)).lastrowid
+            apply_retention(conn, self.run, *self._retention)
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            self._abandon(error)
+            raise MapDatabaseError(self.failure) from None
+        self.text = f"writing run {self.run} to {self.path}"
+
+    def _commit(self) -> bool:
+        """Commit the open transaction; False (no transaction open) afterwards either way."""
+        try:
+            self._conn.execute("UPDATE runs SET last_commit_ns = ? WHERE id = ?", (time.time_ns(), self.run))
+            self._conn.execute("COMMIT")
+        except Exception as error:
+            self._abandon(error)
+            return False
+        self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(self.commits, self._last_index)
+        return False
+
+    def _abandon(self, error: BaseException) -> None:
+        """Roll the open transaction back (the committed state stays) and stop storing this run."""
+        try:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        self._fail(describe_error(error, self.path))
+
+    def _shut(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        if self._lock is not None:
+            self._lock.release()
+
+    def _apply(self, event: tuple) -> None:
+        kind, conn, run = event[0], self._conn, self.run
+        if kind == FRAME:
+            _, index, stamp_ns, pose, keyframe, window, final = event
+            if not self._indices or index > self._indices[-1]:
+                if len(self._indices) == self._indices.maxlen:   # the trajectory drops its oldest too
+                    conn.execute("DELETE FROM frames WHERE run = ? AND idx = ?", (run, self._indices[0]))
+                self._indices.append(index)
+            elif not _holds(self._indices, index):
+                return   # a pose the trajectory no longer holds (beyond its bound) is not stored either
+            conn.execute("INSERT OR REPLACE INTO frames VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (run, index, stamp_ns, np.asarray(pose, np.float64).tobytes(), int(keyframe), window,
+                          int(final)))
+            self._last_index = max(self._last_index, index)
+        elif kind == REMOVED:
+            if _holds(self._indices, event[1]):
+                self._indices.remove(event[1])
+            conn.execute("DELETE FROM frames WHERE run = ? AND idx = ?", (run, event[1]))
+        elif kind == CLEARED:
+            self._indices.clear()
+            self._replica.clear()
+            self._since_checkpoint = 0
+            for table in ("frames", "map_inserts", "map_checkpoints"):
+                conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
+        elif kind == POINTS:
+            _, xyz, rgb, provisional = event
+            xyz_blob, rgb_blob = array_blob(xyz), array_blob(rgb)
+            self._seq["map_inserts"] += 1
+            seq = self._seq["map_inserts"]
+            conn.execute("INSERT INTO map_inserts VALUES (?, ?, ?, ?, ?)", (run, seq, xyz_blob, rgb_blob,
+                                                                            int(provisional)))
+            self._done_bytes += xyz.nbytes + rgb.nbytes
+            if not provisional:
+                try:
+                    self._replica.insert(xyz, rgb)
+                except VoxelRangeError:
+                    pass   # the Mapper's map raised and went on the same way
+                self._since_checkpoint += len(xyz_blob) + len(rgb_blob)
+                if self._since_checkpoint >= max(MIN_CHECKPOINT_BYTES, self._replica.nbytes()):
+                    self._checkpoint(seq)
+        elif kind == WINDOWS:
+            conn.execute("DELETE FROM windows WHERE run = ?", (run,))
+            for seq, record in enumerate(event[1]):
+                sim = record.similarity
+                conn.execute("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+                    run, seq, record.window, record.first_index, float(sim.scale),
+                    sim.rotation.detach().cpu().double().numpy().tobytes(),
+                    sim.translation.detach().cpu().double().numpy().tobytes(), float(record.overlap_error)))
+        elif kind == CONVERSION:
+            _, scale, known, mount = event
+            conn.execute("UPDATE runs SET scale = ?, scale_known = ?, mount = ? WHERE id = ?",
+                         (float(scale), int(known), array_blob(np.asarray(mount, np.float64)), run))
+        elif kind == END:
+            conn.execute("UPDATE runs SET ending = ?, ended_ns = ? WHERE id = ?", (CLEAN, time.time_ns(), run))
+
+    def _checkpoint(self, seq: int) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO map_checkpoints VALUES (?, ?, ?)",
+                           (self.run, seq, arrays_blob(self._replica.state())))
+        self._conn.execute("DELETE FROM map_inserts WHERE run = ? AND seq <= ?", (self.run, seq))
+        self._since_checkpoint = 0
+
+
+def _holds(indices: collections.deque, index: int) -> bool:
+    """Whether ``index`` is held, searched from the newest end (replace and remove serve the last few)."""
+    for held in reversed(indices):
+        if held == index:
+            return True
+        if held < index:
+            return False
+    return False
+
+
+def stored_bytes(path: Path) -> int:
+    """The database's bytes on disk, its WAL included."""
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
