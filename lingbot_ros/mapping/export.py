@@ -117,3 +117,17 @@ def write_windows(path: str | Path, records) -> None:
         values = [float(sim.scale), *rotation, *translation, record.overlap_error]
         lines.append(f"{record.window},{record.first_index}," + ",".join(f"{v:.9g}" for v in values) + "\n")
     Path(path).write_text("".join(lines))
+
+
+def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectory: Trajectory,
+                    windows=None) -> tuple[Path, Path]:
+    """A saved map's files in ``directory``: map.ply, trajectory.tum and, for a windowed run
+    (``windows`` not None), windows.csv. Returns the PLY's and the TUM file's paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    ply, tum = directory / "map.ply", directory / "trajectory.tum"
+    write_ply(ply, xyz, rgb)
+    write_tum(tum, trajectory)
+    if windows is not None:
+        write_windows(directory / "windows.csv", windows)
+    return ply, tum

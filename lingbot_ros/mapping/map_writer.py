@@ -136,6 +136,8 @@ class MapWriter:
                 self._abandon(error)
         if in_transaction and not self.failure:
             self._commit()
+        if not self.failure and self.run is not None:
+            self.text = f"run {self.run} stored in {self.path}"
         self._shut()
 
     def _open(self) -> None:

@@ -26,12 +26,13 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .export import write_ply, write_tum, write_windows
+from .export import write_map_files
 from .factory import SessionBundle
 from .frames import Placement
 from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
 from .long_run import make_long_run_policy
+from .map_recorder import open_recorder
 from .points import to_numpy
 from .robot import RobotFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
@@ -81,6 +82,7 @@ class Mapper:
         self._warned_trajectory_bound = False
         self._restart_reason = ""
         self.robot = RobotFrames(settings)
+        self.recorder = open_recorder(settings, bundle.description)   # the map database, or none
         self._new_stream(self._fresh_placement())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
 
@@ -201,6 +203,7 @@ class Mapper:
             return "dropped the newest buffered scale frame"
         index = self._stored.pop()[0]
         self.trajectory.remove(index)
+        self.recorder.removed(index)
         if self.windows is not None:
             self.windows.forget_newest(had_result=True)
             if self.windows.provisional.pop(index, None) is not None:
@@ -223,7 +226,14 @@ class Mapper:
                 f"{after[0]} / {after[1]} after")
 
     def close(self) -> None:
-        """Stop the map builder's thread (the owner is done with this Mapper)."""
+        """End the run in the map database (a clean end: the state a save now would write) and
+        stop the map builder's thread (the owner is done with this Mapper)."""
+        try:
+            self._merge_points()
+            provisional = self._provisional_points()
+        except Exception:   # a map insert's or a device's error: it was reported where it happened
+            provisional = []
+        self.recorder.close(provisional)
         self._map.close()
 
     @property
@@ -251,15 +261,19 @@ class Mapper:
         provisional keyframes are in it with their current values, as if the stream ended here;
         they enter the map itself only when final."""
         self._merge_points()
-        provisional = [o for o in self.windows.provisional.values() if o.is_keyframe] if self.windows else []
+        provisional = self._provisional_points()
         voxel_map = self.voxel_map
         if provisional:
             voxel_map = voxel_map.copy()
-            for output in provisional:
-                voxel_map.insert(*output.internal_points(self.settings.min_confidence,
-                                                         self.settings.map_points_stride))
+            for points in provisional:
+                voxel_map.insert(*points)
         xyz, rgb = voxel_map.points()
         return self.robot.points(xyz), rgb
+
+    def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A windowed run's provisional keyframes' points (internal frame), with their current values."""
+        outputs = [o for o in self.windows.provisional.values() if o.is_keyframe] if self.windows else []
+        return [o.internal_points(self.settings.min_confidence, self.settings.map_points_stride) for o in outputs]
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map with the current scale (what save() writes)."""
@@ -269,14 +283,9 @@ class Mapper:
         return out
 
     def save(self, directory: str | Path) -> SavedMap:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
-        write_ply(ply, xyz, rgb)
-        write_tum(tum, self.saved_trajectory())
-        if self.windows is not None:
-            write_windows(directory / "windows.csv", self.windows.records)
+        ply, tum = write_map_files(directory, xyz, rgb, self.saved_trajectory(),
+                                   self.windows.records if self.windows is not None else None)
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(self.trajectory))
 
@@ -367,6 +376,7 @@ class Mapper:
             self._finalise(outcome, output)
         else:
             self.windows.provisional[output.index] = output
+            self.recorder.frame(output, self.windows.number, final=False)
 
     def _finalise_overlap(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
         """An overlap frame run again by the next window: that run's value is the final one."""
@@ -377,6 +387,7 @@ class Mapper:
 
     def _finalise(self, outcome, output: MapperOutput) -> None:
         outcome.final.append(output)
+        self.recorder.frame(output, self.windows.number if self.windows is not None else 0, final=True)
         if output.is_keyframe:   # the previous keyframe can no longer be rolled back on its own
             self.robot.keyframe(output.stamp_ns, output.internal_pose)
             self._merge_points()
@@ -416,6 +427,7 @@ class Mapper:
     def _merge_points(self) -> None:
         if self._unmerged is not None:
             self._map.insert(*self._unmerged)
+            self.recorder.points(*self._unmerged)
             self._unmerged = None
 
     def _restart(self, outcome: StepOutcome, reason: str, keep_map: bool) -> None:
@@ -433,6 +445,7 @@ class Mapper:
             placement = self._fresh_placement()
             self.voxel_map.clear()
             self.trajectory.clear()
+            self.recorder.cleared()
         self._new_stream(placement)
         self._counts["restarts"] += 1
         kept = "map continues from the last pose" if keep_map else "map cleared"
@@ -499,6 +512,8 @@ class Mapper:
                 "window_overlap_error": windows.last_overlap_error}
 
     def _publish_snapshot(self) -> None:
+        self.recorder.sync(self.windows.records if self.windows is not None else (), self.robot.scale,
+                           self.robot.mount)
         keyframes, pages, nbytes = self._cache_numbers()
         last = self._last_frame
         self._snapshot = MapperSnapshot(
@@ -507,5 +522,7 @@ class Mapper:
             rejected=self._counts["rejected"], failed=self._counts["failed"],
             restarts=self._counts["restarts"], keyframes=keyframes, cache_pages=pages, cache_bytes=nbytes,
             model_ms=self._model_ms, map_points=len(self._map), trajectory_poses=len(self.trajectory),
-            last_error=self._last_error, **self._window_fields(), **self._scale_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
+            last_error=self._last_error, **self._window_fields(), **self._scale_fields(),
+            map_database=self.recorder.text, map_database_error=self.recorder.failure,
+            last_stamp_ns=None if last is None else last.stamp_ns,
             last_source=None if last is None else last.source)

@@ -269,7 +269,8 @@ class MapNode(LifecycleNode):
             extra.update(robot.describe())
         report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
             self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
-            self.configure_error, counters.last_received_s, conflict.message if conflict else ""), Limits.of(cfg))
+            self.configure_error, counters.last_received_s, conflict.message if conflict else "",
+            snapshot.map_database_error if snapshot is not None else ""), Limits.of(cfg))
         self._diagnostics.publish(diagnostic_array(
             self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
             counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))

@@ -88,6 +88,8 @@ def main(argv=None) -> int:
         Parameter("device", value=args.device),
         Parameter("image_width", value=width),
         Parameter("save_directory", value=args.out),
+        # The demo's run goes beside its saved map, not into the user's ~/.ros.
+        Parameter("map_database", value=str(Path(args.out).resolve() / "map.db")),
     ])
     client_node = rclpy.create_node("lingbot_demo")
     executor = MultiThreadedExecutor(num_threads=4)
