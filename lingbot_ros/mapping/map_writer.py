@@ -30,6 +30,7 @@ from .map_database import (CLEAN, RUNNING, MapDatabaseError, WriterLock, apply_r
 from .voxel_map import VoxelMap, VoxelRangeError
 
 MAX_BACKLOG_BYTES = 256 * 2**20
+POLL_S = 0.02   # how often the thread looks for new events
 # A map checkpoint is written once the inserts since the last one are this large, or as large as
 # the checkpoint itself (so the stored map stays within about twice its in-memory size).
 MIN_CHECKPOINT_BYTES = 8 * 2**20
@@ -110,9 +111,13 @@ class MapWriter:
         in_transaction, deadline = False, 0.0
         while True:
             try:
-                event = self._queue.get(timeout=max(0.0, deadline - time.monotonic()) if in_transaction else None)
+                event = self._queue.get_nowait()
             except queue.Empty:
-                in_transaction = self._commit()
+                if in_transaction and time.monotonic() >= deadline:
+                    in_transaction = self._commit()
+                # Polled, not waited on: with no thread waiting, a put is a plain append and never
+                # hands the GIL to this thread in the middle of the frame loop's step.
+                time.sleep(POLL_S)
                 continue
             if event is None:
                 break
