@@ -71,10 +71,28 @@ class LiveWindows:
         self.provisional: collections.OrderedDict[int, MapperOutput] = collections.OrderedDict()
         self.last_scale = 1.0
         self.last_overlap_error = float("nan")
+        self.switch_asked = False                # the next window starts at the next frame (new_window)
 
     @property
     def switch_due(self) -> bool:
-        return self.count >= self.length
+        return self.count >= self.length or self.switch_asked
+
+    def resume(self, number: int, inputs: list[Pending], tail: list) -> None:
+        """Continue a stored window (map_resume.py): its number, last frames and their results;
+        the next frame starts the next window, aligned to them."""
+        self.number = number
+        self.inputs.extend(inputs)
+        self.tail.extend(tail)
+        self.count = len(inputs)
+        self.switch_asked = True
+
+    def switch_refusal(self) -> str:
+        """Why the next window cannot start at the next frame ('' if it can): the switch aligns on
+        the last ``ov`` frames, so they must have been placed in this window."""
+        if self.similarity is None or len(self.tail) < self.overlap or len(self.inputs) != len(self.tail):
+            return (f"the current window has not placed its last {self.overlap} frames yet (overlap_size); "
+                    "try again after more frames")
+        return ""
 
     def is_final(self, position: int) -> bool:
         return position < self.length - self.overlap
@@ -86,6 +104,7 @@ class LiveWindows:
         self.previous_tail = list(self.tail)[-self.overlap:]
         self.number += 1
         self.count = 0
+        self.switch_asked = False
         self.inputs.clear()
         self.tail.clear()
         self.similarity = None

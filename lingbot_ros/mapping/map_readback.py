@@ -40,24 +40,33 @@ def conversion(info: RunInfo) -> RobotFrames:
     return frames
 
 
-def replay_map(conn: sqlite3.Connection, info: RunInfo) -> tuple[np.ndarray, np.ndarray]:
-    """The run's map (internal frame), provisional points included as ``Mapper.map_points`` does."""
-    voxel_map = VoxelMap(info.settings["map_voxel_size_m"], info.settings["max_map_points"])
-    row = conn.execute("SELECT upto_seq, state FROM map_checkpoints WHERE run = ?", (info.id,)).fetchone()
+def replay_voxel_map(conn: sqlite3.Connection, run: int, voxel_size: float, max_points: int,
+                     provisional_as_final: bool = False) -> tuple[VoxelMap, list]:
+    """The run's voxel map from its checkpoint and later inserts, and its provisional points
+    (``provisional_as_final``: merged like the others, as a resumed run takes them)."""
+    voxel_map = VoxelMap(voxel_size, max_points)
+    row = conn.execute("SELECT upto_seq, state FROM map_checkpoints WHERE run = ?", (run,)).fetchone()
     upto = 0
     if row is not None:
         upto = row[0]
         voxel_map.restore(blob_arrays(row[1]))
     provisional = []
     for xyz, rgb, is_provisional in conn.execute(
-            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND seq > ? ORDER BY seq", (info.id, upto)):
-        if is_provisional:
+            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND seq > ? ORDER BY seq", (run, upto)):
+        if is_provisional and not provisional_as_final:
             provisional.append((blob_array(xyz), blob_array(rgb)))
             continue
         try:
             voxel_map.insert(blob_array(xyz), blob_array(rgb))
         except VoxelRangeError:
             pass   # the live map raised on this insert and went on the same way
+    return voxel_map, provisional
+
+
+def replay_map(conn: sqlite3.Connection, info: RunInfo) -> tuple[np.ndarray, np.ndarray]:
+    """The run's map (internal frame), provisional points included as ``Mapper.map_points`` does."""
+    voxel_map, provisional = replay_voxel_map(conn, info.id, info.settings["map_voxel_size_m"],
+                                              info.settings["max_map_points"])
     if provisional:
         voxel_map = voxel_map.copy()
         for points in provisional:

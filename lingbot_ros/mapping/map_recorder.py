@@ -6,7 +6,8 @@
     points(xyz, rgb)               a keyframe's points were merged into the voxel map
     sync(records, scale, mount)    after every verb: the window records and the conversion into map
     commit()                       commit now (a save; tests)
-    close(provisional)             the Mapper is done (a clean end; provisional keyframes' points)
+    close(provisional, continuation)   the Mapper is done (a clean end): provisional keyframes' points and
+                                   what a resumed run continues from (window, next index, placement, overlap)
 
 Each call is a queue put for the writer thread (map_writer.py); with ``map_database`` empty the
 Mapper holds a ``NoRecorder`` whose calls do nothing.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from .map_database import resolve_path
-from .map_writer import CLEARED, CONVERSION, FRAME, POINTS, REMOVED, WINDOWS, MapWriter
+from .map_writer import CLEARED, CONTINUATION, CONVERSION, FRAME, POINTS, REMOVED, WINDOWS, MapWriter
 
 
 class NoRecorder:
@@ -30,7 +31,7 @@ class NoRecorder:
     def points(self, xyz, rgb) -> None: ...
     def sync(self, records, scale, mount) -> None: ...
     def commit(self, timeout: float = 60.0) -> bool: return False
-    def close(self, provisional=()) -> None: ...
+    def close(self, provisional=(), continuation=None) -> None: ...
 
 
 class MapRecorder:
@@ -75,18 +76,21 @@ class MapRecorder:
         """Commit what was told so far (a save, a test); True once it is on disk."""
         return self.writer.commit(timeout)
 
-    def close(self, provisional=()) -> None:
+    def close(self, provisional=(), continuation=None) -> None:
         for xyz, rgb in provisional:
             self.writer.put((POINTS, xyz, rgb, True))
+        if continuation is not None:
+            self.writer.put((CONTINUATION, *continuation))
         self.writer.close()
 
 
-def open_recorder(settings, model: str, on_commit=None) -> MapRecorder | NoRecorder:
-    """The recorder ``settings.map_database`` asks for: a new run in that file, or none."""
+def open_recorder(settings, model: str, on_commit=None, resume_from: int | None = None) -> MapRecorder | NoRecorder:
+    """The recorder ``settings.map_database`` asks for: a new run in that file (a copy of run
+    ``resume_from`` to begin with), or none."""
     if not settings.map_database:
         return NoRecorder()
     writer = MapWriter(resolve_path(settings.map_database), dataclasses.asdict(settings), model,
                        settings.map_database_commit_s, settings.map_database_max_runs,
                        settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
-                       settings.max_map_points, on_commit=on_commit)
+                       settings.max_map_points, on_commit=on_commit, resume_from=resume_from)
     return MapRecorder(writer)

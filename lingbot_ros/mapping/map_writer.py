@@ -27,6 +27,7 @@ import numpy as np
 
 from .map_database import (CLEAN, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
                            connect, describe_error, mark_crashed)
+from .map_readback import replay_voxel_map
 from .voxel_map import VoxelMap, VoxelRangeError
 
 MAX_BACKLOG_BYTES = 256 * 2**20
@@ -36,20 +37,21 @@ POLL_S = 0.02   # how often the thread looks for new events
 MIN_CHECKPOINT_BYTES = 8 * 2**20
 
 # Events (tuples; the first item names them).
-FRAME, REMOVED, CLEARED, POINTS, WINDOWS, CONVERSION, END, COMMIT = (
-    "frame", "removed", "cleared", "points", "windows", "conversion", "end", "commit")
+FRAME, REMOVED, CLEARED, POINTS, WINDOWS, CONVERSION, CONTINUATION, END, COMMIT = (
+    "frame", "removed", "cleared", "points", "windows", "conversion", "continuation", "end", "commit")
 
 
 class MapWriter:
     def __init__(self, path: Path, settings: dict, model: str, commit_s: float, max_runs: int, max_mb: float,
                  max_poses: int, voxel_size: float, max_points: int,
-                 on_commit: Callable[[int, int], None] | None = None):
+                 on_commit: Callable[[int, int], None] | None = None, resume_from: int | None = None):
         self.path = Path(path)
         self._run_row = (json.dumps(settings, sort_keys=True), model)
         self.commit_s = commit_s
         self._retention = (max_runs, max_mb)
         self._indices: collections.deque[int] = collections.deque(maxlen=max_poses)   # the trajectory's keys
         self._replica = VoxelMap(voxel_size, max_points)
+        self._resume_from = resume_from
         self._on_commit = on_commit
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._queued_bytes = 0       # written by the producer only
@@ -155,12 +157,30 @@ class MapWriter:
             self.crashed_runs = mark_crashed(conn)
             self.run = conn.execute("INSERT INTO runs (started_ns, settings, model, ending) VALUES (?, ?, ?, ?)",
                                     (time.time_ns(), *self._run_row, RUNNING)).lastrowid
+            if self._resume_from is not None:
+                self._copy_run(self._resume_from)
             apply_retention(conn, self.run, *self._retention)
             conn.execute("COMMIT")
         except sqlite3.Error as error:
             self._abandon(error)
             raise MapDatabaseError(self.failure) from None
         self.text = f"writing run {self.run} to {self.path}"
+
+    def _copy_run(self, source: int) -> None:
+        """A resumed run starts as the run it continues (its map and trajectory are the Mapper's)."""
+        conn, run = self._conn, self.run
+        conn.execute("INSERT INTO frames SELECT ?, idx, stamp_ns, pose, keyframe, window, final FROM frames "
+                     "WHERE run = ?", (run, source))
+        # Its provisional points are final for the continuation, as the Mapper takes them.
+        conn.execute("INSERT INTO map_inserts SELECT ?, seq, xyz, rgb, 0 FROM map_inserts WHERE run = ?", (run, source))
+        conn.execute("INSERT INTO map_checkpoints SELECT ?, upto_seq, state FROM map_checkpoints WHERE run = ?",
+                     (run, source))
+        self._indices.extend(row[0] for row in conn.execute("SELECT idx FROM frames WHERE run = ? ORDER BY idx",
+                                                            (run,)))
+        self._last_index = self._indices[-1] if self._indices else -1
+        self._replica = replay_voxel_map(conn, run, self._replica.voxel_size_m, self._replica.max_points)[0]
+        self._seq["map_inserts"] = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM map_inserts WHERE run = ?",
+                                                (run,)).fetchone()[0]
 
     def _commit(self) -> bool:
         """Commit the open transaction; False (no transaction open) afterwards either way."""
@@ -245,6 +265,14 @@ class MapWriter:
             _, scale, known, mount = event
             conn.execute("UPDATE runs SET scale = ?, scale_known = ?, mount = ? WHERE id = ?",
                          (float(scale), int(known), array_blob(np.asarray(mount, np.float64)), run))
+        elif kind == CONTINUATION:
+            _, window, next_index, placement, overlap = event
+            conn.execute("INSERT OR REPLACE INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
+                {"rotation": placement.rotation, "translation": placement.translation})))
+            conn.execute("DELETE FROM overlap_frames WHERE run = ?", (run,))
+            for seq, (index, stamp_ns, rgb, pose_enc, depth, keyframe) in enumerate(overlap):
+                conn.execute("INSERT INTO overlap_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+                    run, seq, index, stamp_ns, array_blob(rgb), array_blob(pose_enc), array_blob(depth), int(keyframe)))
         elif kind == END:
             conn.execute("UPDATE runs SET ending = ?, ended_ns = ? WHERE id = ?", (CLEAN, time.time_ns(), run))
 

@@ -10,6 +10,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     reset(reason)                     restart the stream and clear the map
     rollback_last_frame() -> str      undo the newest stored frame (pose, points, cache)
     flush() -> str                    make deferred evictions final
+    new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), save(directory), snapshot
 """
@@ -33,6 +34,7 @@ from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
 from .long_run import make_long_run_policy
 from .map_recorder import open_recorder
+from .map_resume import load_resumed
 from .points import to_numpy
 from .robot import RobotFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
@@ -71,8 +73,10 @@ class Mapper:
         self.long_run = make_long_run_policy(settings)
         self.windows = (LiveWindows(settings.window_rule(), settings.window_alignment)
                         if settings.long_run_policy == "windowed" else None)
-        self._map = MapBuilder(VoxelMap(settings.map_voxel_size_m, settings.max_map_points))
-        self.trajectory = Trajectory(settings.max_trajectory_poses)
+        resumed, resume_text = load_resumed(settings, bundle.device) if settings.resume else (None, "")
+        self._map = MapBuilder(resumed.voxel_map if resumed else VoxelMap(settings.map_voxel_size_m,
+                                                                          settings.max_map_points))
+        self.trajectory = resumed.trajectory if resumed else Trajectory(settings.max_trajectory_poses)
         self._frames_in = 0              # index of the next input frame (since configure)
         self._counts = collections.Counter()
         self._state, self._state_text = WAITING, "waiting for images"
@@ -82,9 +86,35 @@ class Mapper:
         self._warned_trajectory_bound = False
         self._restart_reason = ""
         self.robot = RobotFrames(settings)
-        self.recorder = open_recorder(settings, bundle.description)   # the map database, or none
+        self.recorder = open_recorder(settings, bundle.description,   # the map database, or none
+                                      resume_from=resumed.run if resumed else None)
+        if resumed is not None and resumed.mount is not None:
+            self.robot.set_mount(resumed.mount, "the resumed run")
         self._new_stream(self._fresh_placement())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
+        if resumed is not None:
+            resume_text = self._continue(resumed)
+        if resume_text:
+            self._set_state(WAITING, f"{resume_text}; waiting for images")
+            self._publish_snapshot()
+
+    def _continue(self, resumed) -> str:
+        """The stored run's map and trajectory are this Mapper's; its first frame continues them."""
+        self._frames_in = resumed.next_index
+        self._last_pose = self.trajectory[-1].c2w if len(self.trajectory) else None
+        if self.windows is not None:
+            self.windows.records = list(resumed.records)
+        where = f"resumed run {resumed.run} ({resumed.ending}) at frame {resumed.next_index}"
+        if self.windows is not None and resumed.placement is not None and resumed.overlap:
+            self._placement = resumed.placement
+            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
+                      for index, stamp_ns, rgb, _ in resumed.overlap]
+            self.windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap])
+            return f"{where}: window {resumed.window + 1} aligns to its last {len(inputs)} frames"
+        if self._last_pose is not None:
+            self._placement = self._placement.continuing_from(self._last_pose)
+            return f"{where}: no overlap frames stored, a new stream continues from the last pose"
+        return f"{where}: it holds no frame, a new map starts"
 
     # -- per-stream state ------------------------------------------------------------------------
 
@@ -121,7 +151,7 @@ class Mapper:
         """Run dummy frames of ``warmup_image_size`` through both phases (kernel builds, the
         CUDA graph capture, which survives the reset), then leave the session empty. Only before
         the first real frame: a live stream is never disturbed."""
-        if self._frames_in:
+        if self._last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
         width, height = self.settings.warmup_size()
@@ -225,6 +255,18 @@ class Mapper:
         return (f"flushed deferred evictions: {before[0]} frames / {before[1]} pages before, "
                 f"{after[0]} / {after[1]} after")
 
+    def new_window(self) -> str:
+        """Start the next window at the next frame (an operator entering a new area). The last
+        ``ov`` frames keep the values they have (they are final or become so as usual); the new
+        window runs them again only to be aligned to them. Raises ValueError when it cannot."""
+        if self.windows is None:
+            raise ValueError("new_window needs long_run_policy windowed")
+        refusal = self.windows.switch_refusal()
+        if refusal:
+            raise ValueError(refusal)
+        self.windows.switch_asked = True
+        return f"window {self.windows.number + 1} starts at the next frame"
+
     def close(self) -> None:
         """End the run in the map database (a clean end: the state a save now would write) and
         stop the map builder's thread (the owner is done with this Mapper)."""
@@ -233,7 +275,7 @@ class Mapper:
             provisional = self._provisional_points()
         except Exception:   # a map insert's or a device's error: it was reported where it happened
             provisional = []
-        self.recorder.close(provisional)
+        self.recorder.close(provisional, self._continuation())
         self._map.close()
 
     @property
@@ -269,6 +311,17 @@ class Mapper:
                 voxel_map.insert(*points)
         xyz, rgb = voxel_map.points()
         return self.robot.points(xyz), rgb
+
+    def _continuation(self) -> tuple:
+        """What a resumed run needs to start the next window: (window number, next frame index,
+        placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe))."""
+        windows, overlap = self.windows, []
+        if windows is not None and not windows.switch_refusal():
+            frames = list(windows.inputs)[-windows.overlap:]
+            for pending, result in zip(frames, list(windows.tail)[-windows.overlap:]):
+                overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
+                                to_numpy(result.depth), bool(result.is_keyframe)))
+        return (windows.number if windows is not None else 0, self._frames_in, self._placement, overlap)
 
     def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """A windowed run's provisional keyframes' points (internal frame), with their current values."""
@@ -338,7 +391,9 @@ class Mapper:
             for ready, warped in self.windows.place(pending, result):
                 keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
                 if ready.rerun:
-                    self._finalise_overlap(outcome, ready, warped, keyframe)
+                    # A frame final already (the window was ended early by new_window) only aligns.
+                    if ready.index in self.windows.provisional:
+                        self._finalise_overlap(outcome, ready, warped, keyframe)
                 else:
                     self._emit(outcome, ready, warped, keyframe, trusted, self.windows.is_final(ready.position))
         if results:

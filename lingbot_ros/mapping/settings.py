@@ -191,6 +191,9 @@ class MapperSettings:
                                                 "loses at most this much of the run)", above=0)
     map_database_max_runs: int = setting(0, "map database: runs kept, the oldest deleted when a run starts "
                                             "(0 = all)", minimum=0)
+    resume: bool = setting(False, "at configure, continue the map database's last run in the same map frame: "
+                                  "its map, trajectory and windows, the next window aligned to its last frames "
+                                  "(README: The map database)")
     map_database_max_mb: float = setting(0.0, "map database: the oldest runs are deleted when a run starts "
                                               "while the file holds more than this (MB; 0 = no limit)", minimum=0)
 
