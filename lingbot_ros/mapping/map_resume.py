@@ -16,7 +16,8 @@ import torch
 
 from .frames import Placement
 from .live_windows import WindowRecord
-from .map_database import MapDatabaseError, blob_array, blob_arrays, connect, resolve_path, runs
+from .map_database import (CRASHED, RUNNING, MapDatabaseError, WriterLock, blob_array, blob_arrays, connect,
+                           resolve_path, runs)
 from .map_readback import load_run, replay_voxel_map
 from .trajectory import Trajectory
 from .voxel_map import VoxelMap
@@ -65,6 +66,11 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
         if not stored:
             return None, f"resume: {path} holds no run; a new map starts"
         info = stored[-1]
+        ending = info.ending
+        if ending == RUNNING:
+            if WriterLock.held(path):
+                return None, f"resume: run {info.id} is being written by another process; a new map starts"
+            ending = CRASHED   # its writer is gone; the new run's writer marks it so in the file
         differ = [name for name in MAP_SHAPING if info.settings.get(name) != getattr(settings, name)]
         if differ:
             return None, f"resume: run {info.id} was made with other {', '.join(differ)}; a new map starts"
@@ -89,7 +95,7 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
                 result = StoredResult(torch.from_numpy(blob_array(pose_enc)).to(device),
                                       torch.from_numpy(blob_array(depth)).to(device), bool(keyframe))
                 overlap.append((index, stamp_ns, blob_array(rgb), result))
-        return Resumed(info.id, info.ending, trajectory, voxel_map, records, info.mount, next_index, window,
+        return Resumed(info.id, ending, trajectory, voxel_map, records, info.mount, next_index, window,
                        placement, overlap), ""
     finally:
         conn.close()
