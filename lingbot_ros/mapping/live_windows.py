@@ -72,14 +72,18 @@ class LiveWindows:
         self.last_scale = 1.0
         self.last_overlap_error = float("nan")
         self.switch_asked = False                # the next window starts at the next frame (new_window)
+        # A resumed window's provisional frames (map_resume.py): index -> (stamp_ns, stored points or
+        # None for a non-keyframe), final once the next window has run them again.
+        self.resumed: dict[int, tuple] = {}
 
     @property
     def switch_due(self) -> bool:
         return self.count >= self.length or self.switch_asked
 
-    def resume(self, number: int, inputs: list[Pending], tail: list) -> None:
-        """Continue a stored window (map_resume.py): its number, last frames and their results;
-        the next frame starts the next window, aligned to them."""
+    def resume(self, number: int, inputs: list[Pending], tail: list, provisional: dict) -> None:
+        """Continue a stored window (map_resume.py): its number, last frames and their results,
+        its provisional frames; the next frame starts the next window, aligned to them."""
+        self.resumed = dict(provisional)
         self.number = number
         self.inputs.extend(inputs)
         self.tail.extend(tail)

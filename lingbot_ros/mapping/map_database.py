@@ -15,7 +15,8 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
     map_checkpoints (run): the voxel map's full state after insert ``upto_seq``; the inserts up to it
                     are deleted, so a long run's map takes about its bounded in-memory size on disk
     continuations   (run): what a resumed run continues from after a clean end: the window number, the
-                    next frame index, the stream's placement in the internal frame
+                    next frame index, the stream's placement in the internal frame and its window's
+                    provisional frames (index, keyframe; their points are the provisional inserts)
     overlap_frames  (run, seq): the window's last ``ov`` frames at a clean end: the decoded image as
                     received (lossless), the window's warped result the next window aligns to (pose
                     encoding, depth, keyframe flag)
@@ -72,7 +73,7 @@ CREATE TABLE map_inserts (
     provisional INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run, seq));
 CREATE TABLE map_checkpoints (run INTEGER PRIMARY KEY, upto_seq INTEGER NOT NULL, state BLOB NOT NULL);
 CREATE TABLE continuations (
-    run INTEGER PRIMARY KEY, window INTEGER NOT NULL, next_index INTEGER NOT NULL, placement BLOB NOT NULL);
+    run INTEGER PRIMARY KEY, window INTEGER NOT NULL, next_index INTEGER NOT NULL, stream BLOB NOT NULL);
 CREATE TABLE overlap_frames (
     run INTEGER NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, stamp_ns INTEGER NOT NULL,
     rgb BLOB NOT NULL, pose_enc BLOB NOT NULL, depth BLOB NOT NULL, keyframe INTEGER NOT NULL,

@@ -50,6 +50,7 @@ class Resumed:
     window: int | None              # the stored window's number; None without a continuation
     placement: Placement | None
     overlap: list[tuple]            # (index, stamp_ns, rgb, StoredResult), oldest first
+    provisional: dict               # the window's provisional frames: index -> (stamp_ns, points or None)
 
 
 def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
@@ -78,17 +79,23 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
         for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
                                                   (info.id,)):
             trajectory.append(stamp_ns / 1e9, np.frombuffer(pose, np.float64).reshape(4, 4), key=index)
-        voxel_map = replay_voxel_map(conn, info.id, settings.map_voxel_size_m, settings.max_map_points,
-                                     provisional_as_final=True)[0]
+        voxel_map, provisional_points = replay_voxel_map(conn, info.id, settings.map_voxel_size_m,
+                                                         settings.max_map_points)
         records = load_run(conn, info).windows or []
-        row = conn.execute("SELECT window, next_index, placement FROM continuations WHERE run = ?",
+        row = conn.execute("SELECT window, next_index, stream FROM continuations WHERE run = ?",
                            (info.id,)).fetchone()
         last = trajectory[-1].key if len(trajectory) else -1
-        window, placement, overlap, next_index = None, None, [], last + 1
+        window, placement, overlap, next_index, provisional = None, None, [], last + 1, {}
         if row is not None:
             window, next_index = row[0], row[1]
             arrays = blob_arrays(row[2])
             placement = Placement(rotation=arrays["rotation"], translation=arrays["translation"])
+            stamps = dict(conn.execute("SELECT idx, stamp_ns FROM frames WHERE run = ? AND final = 0", (info.id,)))
+            points = iter(provisional_points)   # the provisional inserts, one per provisional keyframe, in order
+            for index, keyframe in arrays["provisional"].tolist():
+                value = next(points) if keyframe else None
+                if index in stamps:   # a pose the trajectory's bound dropped has nothing to finalise
+                    provisional[index] = (stamps[index], value)
             for index, stamp_ns, rgb, pose_enc, depth, keyframe in conn.execute(
                     "SELECT idx, stamp_ns, rgb, pose_enc, depth, keyframe FROM overlap_frames WHERE run = ? "
                     "ORDER BY seq", (info.id,)):
@@ -96,6 +103,6 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
                                       torch.from_numpy(blob_array(depth)).to(device), bool(keyframe))
                 overlap.append((index, stamp_ns, blob_array(rgb), result))
         return Resumed(info.id, ending, trajectory, voxel_map, records, info.mount, next_index, window,
-                       placement, overlap), ""
+                       placement, overlap, provisional), ""
     finally:
         conn.close()

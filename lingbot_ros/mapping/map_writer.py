@@ -175,8 +175,9 @@ class MapWriter:
         conn, run = self._conn, self.run
         conn.execute("INSERT INTO frames SELECT ?, idx, stamp_ns, pose, keyframe, window, final FROM frames "
                      "WHERE run = ?", (run, source))
-        # Its provisional points are final for the continuation, as the Mapper takes them.
-        conn.execute("INSERT INTO map_inserts SELECT ?, seq, xyz, rgb, 0 FROM map_inserts WHERE run = ?", (run, source))
+        # Its provisional points stay out: the Mapper holds them until the next window finalises them.
+        conn.execute("INSERT INTO map_inserts SELECT ?, seq, xyz, rgb, 0 FROM map_inserts WHERE run = ? "
+                     "AND provisional = 0", (run, source))
         conn.execute("INSERT INTO map_checkpoints SELECT ?, upto_seq, state FROM map_checkpoints WHERE run = ?",
                      (run, source))
         self._indices.extend(row[0] for row in conn.execute("SELECT idx FROM frames WHERE run = ? ORDER BY idx",
@@ -270,9 +271,10 @@ class MapWriter:
             conn.execute("UPDATE runs SET scale = ?, scale_known = ?, mount = ? WHERE id = ?",
                          (float(scale), int(known), array_blob(np.asarray(mount, np.float64)), run))
         elif kind == CONTINUATION:
-            _, window, next_index, placement, overlap = event
+            _, window, next_index, placement, overlap, provisional = event
             conn.execute("INSERT OR REPLACE INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
-                {"rotation": placement.rotation, "translation": placement.translation})))
+                {"rotation": placement.rotation, "translation": placement.translation,
+                 "provisional": np.array(provisional, np.int64).reshape(-1, 2)})))
             conn.execute("DELETE FROM overlap_frames WHERE run = ?", (run,))
             for seq, (index, stamp_ns, rgb, pose_enc, depth, keyframe) in enumerate(overlap):
                 conn.execute("INSERT INTO overlap_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (

@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import logging
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,15 @@ from .map_builder import MapBuilder
 from .voxel_map import VoxelMap
 
 log = logging.getLogger(__name__)
+
+
+class _StoredFrame(typing.NamedTuple):
+    """A resumed frame's stored value, for the recorder (what it reads of a MapperOutput)."""
+
+    index: int
+    stamp_ns: int
+    internal_pose: np.ndarray
+    is_keyframe: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +119,8 @@ class Mapper:
             self._placement = resumed.placement
             inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
                       for index, stamp_ns, rgb, _ in resumed.overlap]
-            self.windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap])
+            self.windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap],
+                                resumed.provisional)
             return f"{where}: window {resumed.window + 1} aligns to its last {len(inputs)} frames"
         if self._last_pose is not None:
             self._placement = self._placement.continuing_from(self._last_pose)
@@ -321,12 +332,22 @@ class Mapper:
             for pending, result in zip(frames, list(windows.tail)[-windows.overlap:]):
                 overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
                                 to_numpy(result.depth), bool(result.is_keyframe)))
-        return (windows.number if windows is not None else 0, self._frames_in, self._placement, overlap)
+        provisional = [] if windows is None else (
+            [(index, points is not None) for index, (_, points) in windows.resumed.items()]
+            + [(o.index, o.is_keyframe) for o in windows.provisional.values()])
+        return (windows.number if windows is not None else 0, self._frames_in, self._placement, overlap, provisional)
 
     def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """A windowed run's provisional keyframes' points (internal frame), with their current values."""
-        outputs = [o for o in self.windows.provisional.values() if o.is_keyframe] if self.windows else []
-        return [o.internal_points(self.settings.min_confidence, self.settings.map_points_stride) for o in outputs]
+        if self.windows is None:
+            return []
+        stored = [points for _, points in self.windows.resumed.values() if points is not None]
+        outputs = [o for o in self.windows.provisional.values() if o.is_keyframe]
+        return stored + [o.internal_points(self.settings.min_confidence, self.settings.map_points_stride)
+                         for o in outputs]
+
+    def _pose_of(self, index: int) -> np.ndarray:
+        return next(p.c2w for p in reversed(self.trajectory) if p.key == index)
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map with the current scale (what save() writes)."""
@@ -392,7 +413,7 @@ class Mapper:
                 keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
                 if ready.rerun:
                     # A frame final already (the window was ended early by new_window) only aligns.
-                    if ready.index in self.windows.provisional:
+                    if ready.index in self.windows.provisional or ready.index in self.windows.resumed:
                         self._finalise_overlap(outcome, ready, warped, keyframe)
                 else:
                     self._emit(outcome, ready, warped, keyframe, trusted, self.windows.is_final(ready.position))
@@ -436,6 +457,7 @@ class Mapper:
     def _finalise_overlap(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
         """An overlap frame run again by the next window: that run's value is the final one."""
         self.windows.provisional.pop(pending.index, None)
+        self.windows.resumed.pop(pending.index, None)
         output = self._output(pending, result, is_keyframe, True, final=True)
         self.trajectory.replace(output.index, output.internal_pose)
         self._finalise(outcome, output)
@@ -453,6 +475,13 @@ class Mapper:
         """The stream ends here (input over, restart): the window's provisional outputs are final."""
         if self.windows is None:
             return
+        for index, (stamp_ns, points) in self.windows.resumed.items():   # no re-run reached them: stored values
+            self.recorder.frame(_StoredFrame(index, stamp_ns, self._pose_of(index), points is not None),
+                                self.windows.number, final=True)
+            if points is not None:
+                self._merge_points()
+                self._unmerged, self._unmerged_index = points, index
+        self.windows.resumed.clear()
         for output in self.windows.provisional.values():
             self._finalise(outcome, dataclasses.replace(output, provisional=False))
         self.windows.provisional.clear()
