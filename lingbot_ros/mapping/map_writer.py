@@ -88,6 +88,8 @@ class MapWriter:
 
     def commit(self, timeout: float = 60.0) -> bool:
         """Commit everything put so far now; True once done (False: failed or timed out)."""
+        if not self._thread.is_alive():
+            return False
         done = threading.Event()
         self._queue.put((COMMIT, done))
         return done.wait(timeout) and not self.failure
