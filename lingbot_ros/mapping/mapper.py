@@ -283,10 +283,10 @@ class Mapper:
         stop the map builder's thread (the owner is done with this Mapper)."""
         try:
             self._merge_points()
-            provisional = self._provisional_points()
+            provisional, continuation = self._provisional_points(), self._continuation()
         except Exception:   # a map insert's or a device's error: it was reported where it happened
-            provisional = []
-        self.recorder.close(provisional, self._continuation())
+            provisional, continuation = [], None
+        self.recorder.close(provisional, continuation)
         self._map.close()
 
     @property
@@ -325,7 +325,8 @@ class Mapper:
 
     def _continuation(self) -> tuple:
         """What a resumed run needs to start the next window: (window number, next frame index,
-        placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe))."""
+        placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
+        its provisional frames as (index, keyframe) in the order of their points)."""
         windows, overlap = self.windows, []
         if windows is not None and not windows.switch_refusal():
             frames = list(windows.inputs)[-windows.overlap:]
