@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .preview import write_preview
 from .trajectory import Trajectory, quaternion_to_rotation, rotation_to_quaternion
 
 # One vertex record of the PLY files written here: 15 bytes, little-endian, no padding.
@@ -133,3 +134,19 @@ def write_windows(path: str | Path, records) -> None:
         values = [float(sim.scale), *rotation, *translation, record.overlap_error]
         lines.append(f"{record.window},{record.first_index}," + ",".join(f"{v:.9g}" for v in values) + "\n")
     write_atomic(path, "".join(lines).encode())
+
+
+def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectory: Trajectory,
+                    windows=None, units: str = "m") -> tuple[Path, Path]:
+    """A saved map's files in ``directory`` (``Mapper.save`` and ``lingbot-ros-map export`` write
+    the same): map.ply, trajectory.tum, preview.png (axes in ``units``) and, for a windowed run
+    (``windows`` not None), windows.csv. Returns the PLY's and the TUM file's paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    ply, tum = directory / "map.ply", directory / "trajectory.tum"
+    write_ply(ply, xyz, rgb)
+    write_tum(tum, trajectory)
+    write_preview(directory / "preview.png", xyz, trajectory.c2w()[:, :3, 3], units=units)
+    if windows is not None:
+        write_windows(directory / "windows.csv", windows)
+    return ply, tum

@@ -51,6 +51,7 @@ class Facts:
     configure_error: str = ""           # why the last configure failed ('' after a good one)
     last_image_s: float | None = None   # monotonic time of the newest image received
     tf_conflict: str = ""               # the TF output stopped: another publisher owns its child frame
+    map_database_error: str = ""        # the run is not (or no longer) stored in the map database
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +195,8 @@ def _reasons(window: Window, facts: Facts, limits: Limits, quiet_s: float | None
                               f"{window.rate_hz('received'):.2f} Hz received"))
     if frequency.level == WARN:
         reasons.append((WARN, "input " + frequency.message))
+    if facts.map_database_error:
+        reasons.append((WARN, f"map database: {facts.map_database_error} (mapping goes on in memory)"))
     return sorted(reasons, key=lambda reason: SEVERITY.index(reason[0]))
 
 

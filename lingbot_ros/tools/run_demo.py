@@ -19,6 +19,7 @@ import argparse
 import sys
 import threading
 import time
+from pathlib import Path
 
 from lingbot_ros.tools import shared_data
 from lingbot_ros.tools.progress import Progress
@@ -117,6 +118,8 @@ def main(argv=None) -> int:
         Parameter("image_width", value=width),
         Parameter("save_directory", value=args.out),
         Parameter("process_all_frames", value=True),
+        # The demo's run goes beside its saved map, not into the user's ~/.ros.
+        Parameter("map_database", value=str(Path(args.out).resolve() / "map.db")),
     ])
     client_node = rclpy.create_node("lingbot_demo")
     executor = MultiThreadedExecutor(num_threads=4)
