@@ -69,6 +69,7 @@ setup(
             "lingbot-ros-camera = lingbot_ros.tools.camera:main",
             "lingbot-ros-demo = lingbot_ros.tools.run_demo:main",
             "lingbot-ros-prebuild = lingbot_ros.tools.prebuild:main",
+            "lingbot-ros-map = lingbot_ros.tools.map_db:main",
         ],
     },
 )

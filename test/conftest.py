@@ -72,3 +72,12 @@ def shared_data(shared_dir):
             pytest.skip(f"shared data {path} is absent (see ../shared/data/README.md)")
         return path
     return lookup
+
+
+@pytest.fixture(autouse=True)
+def ros_home(tmp_path_factory, monkeypatch) -> Path:
+    """ROS_HOME in a temporary folder for every test (and the nodes it starts): the default
+    map_database ($ROS_HOME/lingbot_ros/map.db) never writes to the user's ~/.ros."""
+    path = tmp_path_factory.mktemp("ros_home")
+    monkeypatch.setenv("ROS_HOME", str(path))
+    return path

@@ -7,6 +7,7 @@ switches) or the reset policy (cache caps), at keyframe interval 1 or 2. After e
   once each, with their stamps;
 - the counters balance (processed = saved + rolled back + cleared; buffered and failed frames);
 - a refused rollback changed nothing;
+- the map database (committed) says what the Mapper holds: trajectory, map, windows, conversion;
 and at every map read or save: the map's voxels are exactly those of the keyframes still in it
 (final values, provisional ones as they stand, a rolled-back keyframe's only while already merged)
 and windows.csv lists exactly the windows of what is saved.
@@ -34,6 +35,8 @@ from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, RESTART, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.stream import Preprocessor
+
+from test_mapper_database import assert_database_is_the_mapper
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -92,7 +95,7 @@ class MapperMachine(RuleBasedStateMachine):
                    overlap_size=overlap, max_keyframes=max_keyframes)
 
     def start(self, **overrides):
-        self.mapper = Model.mapper(self.files, **overrides)
+        self.mapper = Model.mapper(self.files, map_database=str(self.tmp / "map.db"), **overrides)
         self.fail_next = False
         original = self.mapper.session.step
 
@@ -326,6 +329,11 @@ class MapperMachine(RuleBasedStateMachine):
         assert snap.processed == len(self.saved) + snap.rolled_back + snap.cleared
         assert snap.trajectory_poses == len(self.saved)
         assert snap.init_frames == len(self.buffered)
+
+    @invariant()
+    def database_is_the_mapper(self):
+        if hasattr(self, "mapper"):
+            assert_database_is_the_mapper(self.mapper)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .preview import preview_png
 from .trajectory import Trajectory, quaternion_to_rotation, rotation_to_quaternion
 
 # One vertex record of the PLY files written here: 15 bytes, little-endian, no padding.
@@ -177,3 +178,20 @@ def windows_bytes(records) -> bytes:
         values = [float(sim.scale), *rotation, *translation, record.overlap_error]
         lines.append(f"{record.window},{record.first_index}," + ",".join(f"{v:.9g}" for v in values) + "\n")
     return "".join(lines).encode("ascii")
+
+
+def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectory: Trajectory,
+                    windows=None, units: str = "m") -> tuple[Path, Path]:
+    """A saved map's files in ``directory`` (``Mapper.save`` and ``lingbot-ros-map export`` write
+    the same), all or nothing (``write_files``): map.ply, trajectory.tum, preview.png (axes in
+    ``units``) and, for a windowed run (``windows`` not None), windows.csv. Returns the PLY's and
+    the TUM file's paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    ply, tum = directory / "map.ply", directory / "trajectory.tum"
+    files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory),
+             directory / "preview.png": preview_png(xyz, trajectory.c2w()[:, :3, 3], units=units)}
+    if windows is not None:
+        files[directory / "windows.csv"] = windows_bytes(windows)
+    write_files(files)
+    return ply, tum

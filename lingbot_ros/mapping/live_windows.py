@@ -69,6 +69,10 @@ class LiveWindows:
         self._provisional: collections.OrderedDict[int, MapperOutput] = collections.OrderedDict()
         self.last_scale = 1.0
         self.last_overlap_error = float("nan")
+        self.switch_asked = False                # the next window starts at the next frame (new_window)
+        # A resumed window's provisional frames (map_resume.py): index -> (stamp_ns, stored points or
+        # None for a non-keyframe), final once the next window has run them again.
+        self.resumed: dict[int, tuple] = {}
 
     # -- provisional outputs ---------------------------------------------------------------------
 
@@ -78,18 +82,44 @@ class LiveWindows:
     def finalised(self, index: int) -> None:
         """The next window ran frame ``index`` again: its provisional output is superseded."""
         self._provisional.pop(index, None)
+        self.resumed.pop(index, None)
+
+    def is_provisional(self, index: int) -> bool:
+        """Whether frame ``index`` still waits for its final value (a re-run of a frame that is
+        final already, after ``new_window`` ended its window early, only aligns)."""
+        return index in self._provisional or index in self.resumed
 
     def provisional(self) -> list[MapperOutput]:
         return list(self._provisional.values())
 
-    def end(self) -> list[MapperOutput]:
-        """The stream ends here: the provisional outputs (now final), oldest first."""
+    def end(self) -> tuple[dict, list[MapperOutput]]:
+        """The stream ends here: the resumed window's provisional frames that no re-run reached
+        (their stored values are final now) and the provisional outputs (now final), oldest first."""
+        resumed, self.resumed = self.resumed, {}
         outputs, self._provisional = list(self._provisional.values()), collections.OrderedDict()
-        return outputs
+        return resumed, outputs
 
     @property
     def switch_due(self) -> bool:
-        return self.count >= self.length
+        return self.count >= self.length or self.switch_asked
+
+    def resume(self, number: int, inputs: list[Pending], tail: list, provisional: dict) -> None:
+        """Continue a stored window (map_resume.py): its number, last frames and their results,
+        its provisional frames; the next frame starts the next window, aligned to them."""
+        self.resumed = dict(provisional)
+        self.number = number
+        self.inputs.extend(inputs)
+        self.tail.extend(tail)
+        self.count = len(inputs)
+        self.switch_asked = True
+
+    def switch_refusal(self) -> str:
+        """Why the next window cannot start at the next frame ('' if it can): the switch aligns on
+        the last ``ov`` frames, so they must have been placed in this window."""
+        if self.similarity is None or len(self.tail) < self.overlap or len(self.inputs) != len(self.tail):
+            return (f"the current window has not placed its last {self.overlap} frames yet (overlap_size); "
+                    "try again after more frames")
+        return ""
 
     def is_final(self, position: int) -> bool:
         return position < self.length - self.overlap
@@ -101,6 +131,7 @@ class LiveWindows:
         self.previous_tail = list(self.tail)[-self.overlap:]
         self.number += 1
         self.count = 0
+        self.switch_asked = False
         self.inputs.clear()
         self.tail.clear()
         self.similarity = None

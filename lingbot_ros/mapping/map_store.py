@@ -19,6 +19,9 @@ when the stream's scale first becomes known.
 
 The newest final keyframe's points stay out of the map while that frame can still be rolled back
 (``hold``); they go in when the next keyframe comes, or when the map is read.
+
+Every change of the map itself (an insert, a new pitch, a clear) is told to the map database's
+recorder (map_recorder.py) here, the one place it happens.
 """
 from __future__ import annotations
 
@@ -31,8 +34,9 @@ from .voxel_map import VoxelMap
 
 
 class MapStore:
-    def __init__(self, voxel_size_m: float, max_points: int, max_poses: int):
+    def __init__(self, voxel_size_m: float, max_points: int, max_poses: int, recorder):
         self.voxel_size_m, self.max_points, self.max_poses = voxel_size_m, max_points, max_poses
+        self._recorder = recorder
         self._live = MapBuilder(VoxelMap(voxel_size_m, max_points))
         self._poses = Trajectory(max_poses)                 # live stream, T_I_camera
         self._finished_map = VoxelMap(voxel_size_m, max_points)   # earlier streams, in map
@@ -50,6 +54,10 @@ class MapStore:
 
     def remove_pose(self, index: int) -> None:
         self._poses.remove(index)
+
+    def internal_pose(self, index: int) -> np.ndarray:
+        """The live stream's T_I_camera of frame ``index`` (searched from the newest)."""
+        return next(p.c2w for p in reversed(self._poses) if p.key == index)
 
     def num_poses(self) -> int:
         return min(len(self._finished_poses) + len(self._poses), self.max_poses)
@@ -89,6 +97,7 @@ class MapStore:
     def merge(self) -> None:
         if self._held is not None:
             self._live.insert(*self._held[1])
+            self._recorder.points(*self._held[1])
             self._held = None
 
     def set_pitch(self, conversion: MapConversion) -> None:
@@ -103,6 +112,7 @@ class MapStore:
             if len(old):
                 new.insert(*old.points())
             self._live.swap(new)
+            self._recorder.pitch(pitch)
 
     def num_points(self) -> int:
         """Voxels so far (for status: never waits for the map builder)."""
@@ -141,6 +151,7 @@ class MapStore:
             self._finished_map.insert(conversion.points(xyz), rgb)
         for entry in self._poses:
             self._finished_poses.append(entry.stamp_s, conversion.base_pose(entry.c2w), key=entry.key)
+        self._recorder.stream_ended(self._finished_map, self._finished_poses)
         self._new_live()
 
     def clear(self) -> int:
@@ -150,7 +161,17 @@ class MapStore:
         self._finished_map.clear()
         self._finished_poses.clear()
         self._new_live()
+        self._recorder.cleared()
         return count
+
+    def resume(self, poses: Trajectory, voxel_map: VoxelMap, finished: tuple[VoxelMap, Trajectory] | None) -> None:
+        """Start as a stored run (map_resume.py): its live stream's poses in I and voxels, and
+        its finished part in map (earlier streams at their own scales), if any."""
+        if finished is not None:
+            self._finished_map, self._finished_poses = finished
+        self._poses = poses
+        self._live.swap(voxel_map)
+        self._pitch_known = voxel_map.voxel_size_m != self.voxel_size_m
 
     def _new_live(self) -> None:
         self._live.swap(VoxelMap(self.voxel_size_m, self.max_points))

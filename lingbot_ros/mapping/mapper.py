@@ -11,19 +11,23 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     rollback_last_frame() -> str      undo the newest frame (pose, points, cache); a refusal
                                       (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
+    new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
     add_odometry(stamp_ns, pose), odometry_at(stamp_ns)   (any thread)
 
 Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
 whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
-how a saved map stays at one scale); the conversion into ``map`` in frames.py.
+how a saved map stays at one scale); the conversion into ``map`` in frames.py. The map database
+(map_recorder.py) hears every pose at the verbs below and every map change from MapStore; a
+``resume`` setting starts the Mapper as the database's last run (map_resume.py).
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +35,15 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .export import ply_bytes, tum_bytes, windows_bytes, write_files
+from .export import write_map_files
 from .factory import SessionBundle
 from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
 from .map_store import MapStore
 from .long_run import make_long_run_policy
+from .map_recorder import open_recorder
+from .map_resume import load_resumed
 from .points import to_numpy
-from .preview import write_preview
 from .robot import RobotFrames, StreamFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
@@ -46,6 +51,15 @@ from .settings import LIVE, MapperSettings, SettingsError
 from .stamps import ACCEPT, DROP, StampPolicy
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
+
+
+class _StoredFrame(typing.NamedTuple):
+    """A resumed frame's stored value, for the recorder (what it reads of a MapperOutput)."""
+
+    index: int
+    stamp_ns: int
+    internal_pose: np.ndarray
+    is_keyframe: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +83,15 @@ class Mapper:
         self.preprocessor = bundle.preprocessor
         self.long_run = make_long_run_policy(settings)
         self.robot = RobotFrames(settings)
-        self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses)
+        resumed, resume_text = load_resumed(settings, bundle.device) if settings.resume else (None, "")
+        self.recorder = open_recorder(settings, bundle.description,   # the map database, or none
+                                      resume_from=resumed.run if resumed else None)
+        self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses,
+                               self.recorder)
+        if resumed is not None:
+            self._store.resume(resumed.trajectory, resumed.voxel_map, resumed.finished)
+            if resumed.mount is not None:
+                self.robot.set_mount(resumed.mount, "the resumed run")
         self._records: list = []         # window records of the ended streams still in the map
         self._frames_in = 0              # index of the next input frame (since configure)
         self._counts = collections.Counter()
@@ -83,6 +105,45 @@ class Mapper:
         self._restart_reason = ""
         self._stream = self._new_stream(*self.robot.first_stream())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
+        if resumed is not None:
+            resume_text = self._continue(resumed)
+        if resume_text:
+            self._set_state(WAITING, f"{resume_text}; waiting for images")
+            self._publish_snapshot()
+
+    def _continue(self, resumed) -> str:
+        """The stored run's map and trajectory are this Mapper's; its first frame continues them:
+        the next window aligned to the stored window's last frames (as ``new_window`` does live),
+        or, without them, a new stream from the last pose in the same internal frame."""
+        self._frames_in = resumed.next_index
+        state = self._stream
+        windows = state.windows
+        where = f"resumed run {resumed.run} ({resumed.ending}) at frame {resumed.next_index}"
+        if not self.robot.constant_scale:   # each stream at its own scale: the stored one has ended
+            newest = self._store.newest_poses(1, resumed.conversion)
+            if newest:
+                entry, conversion = newest[0]
+                self._last_map_pose = (conversion.camera_pose(entry.c2w) if conversion is not None
+                                       else entry.c2w @ self.robot.mount)
+            self._store.end_stream(resumed.conversion)
+            self._records = list(resumed.records)
+            if self._last_map_pose is None:
+                return f"{where}: it holds no frame, a new map starts"
+            self._stream = self._new_stream(*self.robot.continuing_stream(self._last_map_pose))
+            return f"{where}: a new stream at its own scale continues from the last pose"
+        if windows is not None and resumed.placement is not None and resumed.overlap:
+            state.placement = resumed.placement
+            windows.records = list(resumed.records)
+            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
+                      for index, stamp_ns, rgb, _ in resumed.overlap]
+            windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
+            return f"{where}: window {resumed.window + 1} aligns to its last {len(inputs)} frames"
+        newest = self._store.newest_poses(1, state.frames.conversion)
+        if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
+            self._records = list(resumed.records)
+            self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].c2w))
+            return f"{where}: no overlap frames stored, a new stream continues from the last pose"
+        return f"{where}: it holds no frame, a new map starts"
 
     # -- per-stream state ------------------------------------------------------------------------
 
@@ -108,7 +169,7 @@ class Mapper:
         """Run dummy frames of ``warmup_image_size`` through both phases (kernel builds, the
         CUDA graph capture, which survives the reset), then leave the session empty. Only before
         the first real frame: a live stream is never disturbed."""
-        if self._frames_in:
+        if self._last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
         width, height = self.settings.warmup_size()
@@ -203,6 +264,7 @@ class Mapper:
             return "dropped the newest buffered scale frame"
         index = run.stored.pop()
         self._store.remove_pose(index)
+        self.recorder.removed(index)
         provisional = windows.forget_newest(had_result=True) if windows is not None else None
         self._counts["rolled_back"] += 1
         if provisional is not None:
@@ -223,8 +285,29 @@ class Mapper:
         return (f"flushed deferred evictions: {before[0]} frames / {before[1]} pages before, "
                 f"{after[0]} / {after[1]} after")
 
+    def new_window(self) -> str:
+        """Start the next window at the next frame (an operator entering a new area). The last
+        ``ov`` frames keep the values they have (they are final or become so as usual); the new
+        window runs them again only to be aligned to them. Raises ValueError, having changed
+        nothing, when it cannot."""
+        windows = self._stream.windows
+        if windows is None:
+            raise ValueError("new_window needs long_run_policy windowed")
+        refusal = windows.switch_refusal()
+        if refusal:
+            raise ValueError(refusal)
+        windows.switch_asked = True
+        return f"window {windows.number + 1} starts at the next frame"
+
     def close(self) -> None:
-        """Stop the map builder's thread (the owner is done with this Mapper)."""
+        """End the run in the map database (a clean end: the state a save now would write) and
+        stop the map builder's thread (the owner is done with this Mapper)."""
+        try:
+            self._store.merge()
+            provisional, continuation = self._provisional_points(), self._continuation()
+        except Exception:   # a map insert's or a device's error: it was reported where it happened
+            provisional, continuation = [], None
+        self.recorder.close(provisional, continuation)
         self._store.close()
 
     def apply_live(self, settings: MapperSettings) -> None:
@@ -247,10 +330,33 @@ class Mapper:
         (merged for good: a later rollback no longer removes its points). A windowed run's
         provisional keyframes are in it with their current values, as if the stream ended here;
         they enter the map itself only when final."""
+        return self._store.points(self._stream.frames.conversion, self._provisional_points())
+
+    def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A windowed run's provisional keyframes' points (in I) with their current values: a
+        resumed window's stored ones first, then the current window's."""
         s, windows = self.settings, self._stream.windows
-        provisional = [o.internal_points(s.min_confidence, s.map_points_stride)
-                       for o in (windows.provisional() if windows is not None else []) if o.is_keyframe]
-        return self._store.points(self._stream.frames.conversion, provisional)
+        if windows is None:
+            return []
+        stored = [points for _, points in windows.resumed.values() if points is not None]
+        return stored + [o.internal_points(s.min_confidence, s.map_points_stride)
+                         for o in windows.provisional() if o.is_keyframe]
+
+    def _continuation(self) -> tuple:
+        """What a resumed run needs to start the next window: (window number, next frame index,
+        placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
+        its provisional frames as (index, keyframe) in the order of their points)."""
+        state = self._stream
+        windows, overlap = state.windows, []
+        if windows is not None and not windows.switch_refusal():
+            frames = list(windows.inputs)[-windows.overlap:]
+            for pending, result in zip(frames, list(windows.tail)[-windows.overlap:]):
+                overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
+                                to_numpy(result.depth), bool(result.is_keyframe)))
+        provisional = [] if windows is None else (
+            [(index, points is not None) for index, (_, points) in windows.resumed.items()]
+            + [(o.index, o.is_keyframe) for o in windows.provisional()])
+        return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional)
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""
@@ -269,17 +375,11 @@ class Mapper:
         return self._records + (windows.records if windows is not None else [])
 
     def save(self, directory: str | Path) -> SavedMap:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        ply, tum = directory / "map.ply", directory / "trajectory.tum"
         xyz, rgb = self.map_points()
         trajectory = self.saved_trajectory()
-        files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory)}
-        if self._stream.windows is not None:
-            files[directory / "windows.csv"] = windows_bytes(self.window_records())
-        write_files(files)   # all or nothing: a failed save keeps the previous files
-        write_preview(directory / "preview.png", xyz, trajectory.c2w()[:, :3, 3],
-                      units="m" if self._stream.frames.conversion.metric.known else "model units")
+        ply, tum = write_map_files(directory, xyz, rgb, trajectory,
+                                   self.window_records() if self._stream.windows is not None else None,
+                                   units="m" if self._stream.frames.conversion.metric.known else "model units")
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
 
@@ -355,7 +455,8 @@ class Mapper:
             for ready, warped in windows.place(pending, result):
                 keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
                 if ready.rerun:
-                    self._rerun(outcome, ready, warped, keyframe)
+                    if windows.is_provisional(ready.index):
+                        self._rerun(outcome, ready, warped, keyframe)
                 else:
                     self._emit(outcome, ready, warped, keyframe, trusted, windows.is_final(ready.position))
         if results:
@@ -393,6 +494,7 @@ class Mapper:
             self._finalise(outcome, output)
         else:
             self._stream.windows.hold(output)
+            self.recorder.frame(output, self._stream.windows.number, final=False)
 
     def _rerun(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
         """An overlap frame run again by the next window: this run's value replaces the earlier
@@ -406,10 +508,13 @@ class Mapper:
             self._finalise(outcome, output)
         else:
             windows.hold(output)
+            self.recorder.frame(output, windows.number, final=False)
             outcome.revised.append(output)
 
     def _finalise(self, outcome, output: MapperOutput) -> None:
         outcome.final.append(output)
+        windows = self._stream.windows
+        self.recorder.frame(output, windows.number if windows is not None else 0, final=True)
         if output.is_keyframe:   # the previous keyframe can no longer be rolled back on its own
             frames = self._stream.frames
             frames.keyframe(output.stamp_ns, output.internal_pose)
@@ -427,7 +532,13 @@ class Mapper:
             with torch.inference_mode():
                 self._place(outcome, self.session.close_scale_phase())
         if state.windows is not None:
-            for output in state.windows.end():
+            resumed, outputs = state.windows.end()
+            for index, (stamp_ns, points) in resumed.items():   # no re-run reached them: stored values
+                self.recorder.frame(_StoredFrame(index, stamp_ns, self._store.internal_pose(index), points is not None),
+                                    state.windows.number, final=True)
+                if points is not None:
+                    self._store.hold(index, points)
+            for output in outputs:
                 self._finalise(outcome, dataclasses.replace(output, provisional=False))
 
     def _switch_window(self, outcome: StepOutcome) -> None:
@@ -531,6 +642,7 @@ class Mapper:
                 "window_overlap_error": windows.last_overlap_error}
 
     def _publish_snapshot(self) -> None:
+        self.recorder.sync(self.window_records(), self._stream.frames.conversion, self.robot.mount)
         keyframes, pages, nbytes = self._cache_numbers()
         last, counts = self._last_frame, self._counts
         self._snapshot = MapperSnapshot(
@@ -540,5 +652,6 @@ class Mapper:
             rolled_back=counts["rolled_back"], cleared=counts["cleared"], keyframes=keyframes,
             cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
             trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
-            **self._scale_fields(), last_stamp_ns=None if last is None else last.stamp_ns,
+            **self._scale_fields(), map_database=self.recorder.text, map_database_error=self.recorder.failure,
+            last_stamp_ns=None if last is None else last.stamp_ns,
             last_source=None if last is None else last.source)

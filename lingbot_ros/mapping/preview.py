@@ -9,6 +9,7 @@ Needs numpy and Pillow only (the node's own dependencies).
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 import tempfile
@@ -42,12 +43,29 @@ def height_colours(heights: np.ndarray, low: float, high: float) -> np.ndarray:
 
 def write_preview(path: str | Path, points: np.ndarray, trajectory: np.ndarray, units: str = "m",
                   colours: np.ndarray | None = None, title: str = "") -> Path:
-    """Write the PNG atomically (a temporary file in the target directory, then renamed).
+    """``preview_png`` written atomically (a temporary file in the target directory, then
+    renamed). Returns the path."""
+    data = preview_png(points, trajectory, units, colours, title)
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def preview_png(points: np.ndarray, trajectory: np.ndarray, units: str = "m",
+                colours: np.ndarray | None = None, title: str = "") -> bytes:
+    """The picture as PNG bytes.
 
     ``points`` ``[N, 3]`` map points (x, y, z); ``trajectory`` ``[M, 3]`` positions, oldest
     first; ``units`` labels the axes ("m", or "model units" while the scale is unknown);
     ``colours`` ``[N, 3]`` uint8 to use instead of the height colouring. Non-finite rows are
-    left out. Returns the path.
+    left out.
     """
     points = _rows(points, "points")
     trajectory = _rows(trajectory, "trajectory")
@@ -57,17 +75,9 @@ def write_preview(path: str | Path, points: np.ndarray, trajectory: np.ndarray, 
     points = points[keep]
     colours = None if colours is None else np.asarray(colours, dtype=np.uint8)[keep]
     trajectory = trajectory[np.isfinite(trajectory).all(axis=1)]
-    image = _render(points, trajectory, units, colours, title)
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            image.save(f, format="PNG")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    buffer = io.BytesIO()
+    _render(points, trajectory, units, colours, title).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def _rows(array, name: str) -> np.ndarray:

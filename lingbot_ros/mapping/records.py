@@ -137,5 +137,7 @@ class MapperSnapshot:
     scale_spread: float = float("inf")   # its relative standard error
     scale_text: str = ""              # why it is not known yet, or how it was found
     camera_mount: str = ""            # where the camera mount came from
+    map_database: str = ""            # what the map database is doing ("off", "writing run N to PATH", ...)
+    map_database_error: str = ""      # why this run is not (or no longer) stored; '' while it is
     last_stamp_ns: int | None = None
     last_source: Any = None    # the front end's handle of the last processed frame

@@ -192,6 +192,19 @@ class MapperSettings:
                                   minimum=1)
     max_trajectory_poses: int = setting(1_000_000, "poses kept in the saved trajectory; the oldest go first "
                                                    "once it is full (warned once)", minimum=1)
+    # -- the map database (mapping/map_database.py) ------------------------------------------------
+    map_database: str = setting("$ROS_HOME/lingbot_ros/map.db",
+                                "SQLite file the map, trajectory and windows are written to while mapping, one "
+                                "run per configure ($ROS_HOME: ROS_HOME, else ~/.ros); empty = off")
+    map_database_commit_s: float = setting(1.0, "map database: the writer commits at least this often (a crash "
+                                                "loses at most this much of the run)", above=0)
+    map_database_max_runs: int = setting(0, "map database: runs kept, the oldest deleted when a run starts "
+                                            "(0 = all)", minimum=0)
+    resume: bool = setting(False, "at configure, continue the map database's last run in the same map frame: "
+                                  "its map, trajectory and windows, the next window aligned to its last frames "
+                                  "(README: The map database)")
+    map_database_max_mb: float = setting(0.0, "map database: the oldest runs are deleted when a run starts "
+                                              "while the file holds more than this (MB; 0 = no limit)", minimum=0)
 
     def __post_init__(self):
         errors = field_errors(self)

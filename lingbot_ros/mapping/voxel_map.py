@@ -70,6 +70,20 @@ class VoxelMap:
     def __len__(self) -> int:
         return len(self._sorted_keys)
 
+    # Everything an insert reads or changes: state() and from_state() store and restore a map exactly.
+    _STATE = ("_sorted_keys", "_sorted_rows", "_mean_xyz", "_mean_rgb", "_count", "_last_insert", "_free_rows",
+              "_num_rows", "_num_inserts")
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The map's arrays and counters (for the map database's checkpoints)."""
+        return {name: np.asarray(getattr(self, name)) for name in self._STATE}
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Become the map ``state()`` described (same voxel size and bound assumed)."""
+        for name in self._STATE:
+            value = state[name]
+            setattr(self, name, int(value) if value.ndim == 0 else value.copy())
+
     def nbytes(self) -> int:
         """Bytes of numpy storage held (grows until ``max_points`` rows, then stays)."""
         arrays = (self._sorted_keys, self._sorted_rows, self._mean_xyz,

@@ -53,6 +53,7 @@ class Facts:
     tf_conflict: str = ""               # the TF output stopped: another publisher owns its child frame
     callback_error: str = ""            # the newest exception the safety net caught (a bug)
     input_warnings: tuple = ()          # standing input problems: a QoS mismatch, no odometry (topic named)
+    map_database_error: str = ""        # the run is not (or no longer) stored in the map database
     refusals: dict = dataclasses.field(default_factory=dict)   # counter -> newest refusal's reason
 
 
@@ -205,6 +206,8 @@ def _reasons(window: Window, facts: Facts, limits: Limits, quiet_s: float | None
                               f"{window.rate_hz('received'):.2f} Hz received"))
     if frequency.level == WARN:
         reasons.append((WARN, "input " + frequency.message))
+    if facts.map_database_error:
+        reasons.append((WARN, f"map database: {facts.map_database_error} (mapping goes on in memory)"))
     return sorted(reasons, key=lambda reason: SEVERITY.index(reason[0]))
 
 

@@ -62,6 +62,7 @@ class MapNode(LifecycleNode):
         self.counters = Counters()
         self.health = Health()
         self.configure_error = ""   # why the last configure failed: /diagnostics says so until one succeeds
+        self._logged_database_error = ""   # the map database problem last logged (once each)
         self._own_services: list = []
         self._own_timers: list = []
         self.robot: RobotLink | None = None
@@ -114,6 +115,8 @@ class MapNode(LifecycleNode):
                     "NO CHECKPOINT SET: running a tiny RANDOM-WEIGHT model. Poses, depth and the map are "
                     "NOT a reconstruction; set the 'checkpoint' parameter for real output.")
             self.get_logger().info(f"loaded {self.bundle.description}")
+            if settings.resume:
+                self.get_logger().info(self.mapper.snapshot.state_text)
             if settings.warmup:
                 self.get_logger().info(f"warming up on {settings.warmup_image_size} images (the first run on "
                                        "a machine compiles kernels: a minute or more on CUDA)")
@@ -287,6 +290,10 @@ class MapNode(LifecycleNode):
         mapper, bundle, inputs, cfg = self.mapper, self.bundle, self.inputs, self.cfg or params.NodeSettings()
         snapshot = mapper.snapshot if mapper is not None else None
         counters = self.counters
+        if snapshot is not None and snapshot.map_database_error != self._logged_database_error:
+            self._logged_database_error = snapshot.map_database_error
+            if snapshot.map_database_error:
+                self.get_logger().warning(f"map database: {snapshot.map_database_error}; mapping goes on in memory")
         extra = {"camera_info": inputs.camera_info_k if inputs else ""} if cfg.use_camera_info else {}
         if bundle is not None:
             extra["model"] = bundle.description + (" (RANDOM WEIGHTS: not a map)" if bundle.random_weights else "")
@@ -298,7 +305,8 @@ class MapNode(LifecycleNode):
         report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
             self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
             self.configure_error, counters.last_received_s, conflict.message if conflict else "",
-            refusals.get("callback_errors", ""), self.input_warnings(), refusals), Limits.of(cfg))
+            refusals.get("callback_errors", ""), self.input_warnings(),
+            snapshot.map_database_error if snapshot is not None else "", refusals), Limits.of(cfg))
         self._diagnostics.publish(diagnostic_array(
             self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
             counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))

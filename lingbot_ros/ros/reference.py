@@ -54,6 +54,8 @@ ABOUT = {
     ("srv", "~/rollback_last_frame"): ("", "remove the newest stored frame (its cache entry, pose and, unless "
                                        "the map was read since, its points)"),
     ("srv", "~/flush_deferred_evictions"): ("", "apply the cache evictions held back for a rollback"),
+    ("srv", "~/new_window"): ("", "windowed policy: the next window starts at the next frame (refused until the "
+                              "window has placed its last overlap_size frames)"),
     ("srv", "~/save_map"): ("", "write map.ply, trajectory.tum and preview.png to `directory` (empty: "
                             "`save_directory`)"),
     ("srv", "~/get_trajectory"): ("", "every pose of the current map as nav_msgs/Path, paged by `start` and "

@@ -14,7 +14,7 @@ except ImportError:
 
 
 def create(node, group) -> list:
-    """~/reset, ~/rollback_last_frame, ~/flush_deferred_evictions, ~/save_map for a configured
+    """~/reset, ~/rollback_last_frame, ~/flush_deferred_evictions, ~/new_window, ~/save_map for a configured
     node (``node.mapper``, ``node.worker``, ``node.cfg``)."""
     def trigger(name, work):
         def callback(request, response):
@@ -38,8 +38,13 @@ def create(node, group) -> list:
         node.publish_status()
         return text
 
+    def new_window():
+        text = node.mapper.new_window()
+        node.publish_status()
+        return text
+
     made = [trigger("~/reset", reset), trigger("~/rollback_last_frame", rollback),
-            trigger("~/flush_deferred_evictions", flush)]
+            trigger("~/flush_deferred_evictions", flush), trigger("~/new_window", new_window)]
     if SaveMap is None:
         made.append(trigger("~/save_map", lambda: node.mapper.save(save_target(node.cfg.save_directory, "")).message))
         return made

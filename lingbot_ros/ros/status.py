@@ -26,6 +26,8 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.header.frame_id = frame_id
     msg.state = snapshot.state
     msg.state_text = f"{lifecycle}; {snapshot.state_text}" if lifecycle else snapshot.state_text
+    if snapshot.map_database_error:
+        msg.state_text += f"; map database: {snapshot.map_database_error}"
     for name in SAME_NAMED:   # MapStatus fields that are the snapshot's of the same name
         setattr(msg, name, getattr(snapshot, name))
     msg.frames_received = inputs["received"]
@@ -99,6 +101,7 @@ def diagnostic_array(stamp, node_name: str, hardware_id: str, report: Report, sn
             "metric_scale": f"{snapshot.scale:.6g}" if snapshot.scale_known else "unknown",
             "metric_scale_spread": f"{snapshot.scale_spread:.4g}",
             "metric_scale_status": snapshot.scale_text or "known",
+            "map_database": snapshot.map_database,
         })
     pairs.update(extra)
     frequency = report.frequency

@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> str:
                            f"{snapshot.failed} failed) but {writer.num_frames} results came back")
     saved = mapper.save(args.output)
     mapper.close()
+    database = mapper.recorder.text   # read after close: how the run ended in the file
     table = writer.close()
     fps = seen / max(progress.elapsed_s, 1e-9)
     steady = progress.steady_fps(seen)
@@ -146,7 +147,8 @@ def run(args: argparse.Namespace) -> str:
             f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {bundle.device}{steady_text}\n"
             f"map: {saved.num_points} points (voxel {settings.map_voxel_size_m:g})\n"
             f"outputs: {saved.tum_path}, {table}, {writer.depth_dir}/, {saved.ply_path}, "
-            f"{Path(saved.ply_path).parent / 'preview.png'}")
+            f"{Path(saved.ply_path).parent / 'preview.png'}\n"
+            f"map database: {database}")
 
 
 def report(notices) -> None:

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 from lingbot_ros.tools import shared_data
 from lingbot_ros.tools.progress import Progress
@@ -118,6 +119,8 @@ def main(argv=None) -> int:
         Parameter("image_width", value=width),
         Parameter("save_directory", value=os.path.abspath(args.out)),   # relative ones are under $ROS_HOME
         Parameter("process_all_frames", value=True),
+        # The demo's run goes beside its saved map, not into the user's ~/.ros.
+        Parameter("map_database", value=str(Path(args.out).resolve() / "map.db")),
     ])
     client_node = rclpy.create_node("lingbot_demo")
     executor = MultiThreadedExecutor(num_threads=4)

@@ -1,0 +1,296 @@
+"""The map database: one SQLite file (WAL journal) holding every run's map, trajectory and windows.
+
+Layout (schema version 1; each later version is one more step in ``_MIGRATIONS``, so a new kind
+of record, e.g. keyframes with their images for relocalisation, is a new table, not a rewrite):
+
+    runs            one row per Mapper (per configure): settings (JSON), model, wall-clock start,
+                    last commit, end, how it ended (running -> clean | crashed), and the current
+                    conversion into ``map`` (metric scale, camera mount, the stream's origins in
+                    the internal frame and in ``map``: frames.MapConversion)
+    frames          (run, idx): stamp (ns), the camera pose in the internal frame (robot.py), keyframe
+                    flag, window number, final flag; exactly the Mapper's trajectory (rolled-back
+                    frames deleted, a reset clears it, the oldest go beyond max_trajectory_poses)
+    windows         (run, seq): window number, first frame index, the similarity into window 0, the
+                    overlap error; exactly the windowed policy's records
+    map_inserts     (run, seq): the points of each merge into the voxel map (internal frame), in order
+    map_checkpoints (run): the voxel map's full state (its pitch included) after insert ``upto_seq``;
+                    the inserts up to it are deleted, so a long run's map takes about its bounded
+                    in-memory size on disk; a new pitch (the metric scale became known) is one
+    finished_streams (run): with ``scale_source odometry``, the streams a restart that kept the map
+                    ended, as MapStore holds them in ``map`` (map_store.py): the voxel map's state
+                    and the base poses; the tables above then hold the live stream only
+    continuations   (run): what a resumed run continues from after a clean end: the window number, the
+                    next frame index, the stream's placement in the internal frame and its window's
+                    provisional frames (index, keyframe; their points are the provisional inserts)
+    overlap_frames  (run, seq): the window's last ``ov`` frames at a clean end: the decoded image as
+                    received (lossless), the window's warped result the next window aligns to (pose
+                    encoding, depth, keyframe flag)
+
+The map is stored as its inputs, not its voxels: replaying the inserts into an empty VoxelMap of
+the run's voxel size and bound gives the in-memory map bit for bit (the voxel map is a
+deterministic function of its inserts), and the conversion into ``map`` is applied on the way
+out, as ``Mapper.save`` does. Provisional points (a windowed run's last frames, when the run ended
+cleanly) are inserts with ``provisional = 1``, replayed into a copy as ``Mapper.map_points`` does.
+
+One process writes at a time: the writer holds an exclusive ``flock`` on ``<db>-writer.lock``
+(which also says a run without an end is dead, not running, when the next writer marks it
+"crashed"). Readers (``lingbot-ros-map``) need no lock.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import io
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+RUNNING, CLEAN, CRASHED = "running", "clean", "crashed"
+
+_MIGRATIONS = {
+    1: """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    started_ns INTEGER NOT NULL,
+    last_commit_ns INTEGER,
+    ended_ns INTEGER,
+    ending TEXT NOT NULL DEFAULT 'running',
+    settings TEXT NOT NULL,
+    model TEXT NOT NULL,
+    scale REAL NOT NULL DEFAULT 1.0,
+    scale_known INTEGER NOT NULL DEFAULT 0,
+    mount BLOB,
+    origins BLOB
+);
+CREATE TABLE frames (
+    run INTEGER NOT NULL, idx INTEGER NOT NULL, stamp_ns INTEGER NOT NULL, pose BLOB NOT NULL,
+    keyframe INTEGER NOT NULL, window INTEGER NOT NULL, final INTEGER NOT NULL,
+    PRIMARY KEY (run, idx)) WITHOUT ROWID;
+CREATE TABLE windows (
+    run INTEGER NOT NULL, seq INTEGER NOT NULL, window INTEGER NOT NULL, first_index INTEGER NOT NULL,
+    scale REAL NOT NULL, rotation BLOB NOT NULL, translation BLOB NOT NULL, overlap_error REAL,
+    PRIMARY KEY (run, seq));
+CREATE TABLE map_inserts (
+    run INTEGER NOT NULL, seq INTEGER NOT NULL, xyz BLOB NOT NULL, rgb BLOB NOT NULL,
+    provisional INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run, seq));
+CREATE TABLE map_checkpoints (run INTEGER PRIMARY KEY, upto_seq INTEGER NOT NULL, state BLOB NOT NULL);
+CREATE TABLE finished_streams (run INTEGER PRIMARY KEY, map_state BLOB NOT NULL, poses BLOB NOT NULL);
+CREATE TABLE continuations (
+    run INTEGER PRIMARY KEY, window INTEGER NOT NULL, next_index INTEGER NOT NULL, stream BLOB NOT NULL);
+CREATE TABLE overlap_frames (
+    run INTEGER NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL, stamp_ns INTEGER NOT NULL,
+    rgb BLOB NOT NULL, pose_enc BLOB NOT NULL, depth BLOB NOT NULL, keyframe INTEGER NOT NULL,
+    PRIMARY KEY (run, seq));
+""",
+}
+RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_streams", "continuations",
+              "overlap_frames")
+
+
+class MapDatabaseError(Exception):
+    """The database cannot be used (held by another process, read-only, corrupt, newer schema,
+    disk full); the text says which, for status and diagnostics."""
+
+
+def resolve_path(text: str) -> Path:
+    """The ``map_database`` setting -> a path: ``$ROS_HOME`` is ROS_HOME, or ~/.ros without it."""
+    ros_home = os.environ.get("ROS_HOME") or os.path.join(os.path.expanduser("~"), ".ros")
+    return Path(os.path.expanduser(text.replace("$ROS_HOME", ros_home)))
+
+
+def array_blob(array: np.ndarray) -> bytes:
+    """An array as .npy bytes (dtype and shape kept exactly)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def blob_array(blob: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(blob), allow_pickle=False)
+
+
+def arrays_blob(arrays: dict) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def blob_arrays(blob: bytes) -> dict:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def describe_error(error: BaseException, path: Path) -> str:
+    text = str(error)
+    if isinstance(error, sqlite3.Error):
+        lowered = text.lower()
+        if "readonly" in lowered or "read-only" in lowered:
+            return f"{path} is read-only ({text})"
+        if "full" in lowered:
+            return f"the disk holding {path} is full ({text})"
+        if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+            return f"{path} is corrupt, left untouched ({text})"
+    if isinstance(error, PermissionError):
+        return f"{path} cannot be written ({error.strerror})"
+    return f"{path}: {type(error).__name__}: {text}"
+
+
+def connect(path: Path, readonly: bool) -> sqlite3.Connection:
+    """A connection (autocommit: transactions are explicit) that has checked the file is a sound
+    database of a schema this code knows. Raises MapDatabaseError."""
+    try:
+        if readonly:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False)
+        else:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.5)
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            conn.close()
+            raise MapDatabaseError(f"{path} is corrupt, left untouched (quick_check: {check})")
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        version = conn.execute("SELECT version FROM schema_version").fetchone()[0] \
+            if "schema_version" in tables else 0
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise MapDatabaseError(f"{path} has schema version {version}, newer than this lingbot_ros's "
+                                   f"{SCHEMA_VERSION}; left untouched")
+        if version == 0 and tables:
+            conn.close()
+            raise MapDatabaseError(f"{path} is an SQLite file of something else (tables {sorted(tables)}); "
+                                   "left untouched")
+        if readonly:
+            if version == 0:
+                conn.close()
+                raise MapDatabaseError(f"{path} is not a map database (empty)")
+            return conn
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: a commit survives a power cut too (the fsync is the writer thread's, never the frame loop's).
+        conn.execute("PRAGMA synchronous = FULL")
+        if version < SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            if version == 0:
+                conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+                conn.execute("INSERT INTO schema_version VALUES (0)")
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in filter(str.strip, _MIGRATIONS[step].split(";")):
+                    conn.execute(statement)
+            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+            conn.execute("COMMIT")
+        return conn
+    except MapDatabaseError:
+        raise
+    except (sqlite3.Error, OSError) as error:
+        raise MapDatabaseError(describe_error(error, path)) from None
+
+
+class WriterLock:
+    """The one-writer lock: an exclusive flock on ``<db>-writer.lock`` holding the owner's pid."""
+
+    def __init__(self, path: Path):
+        self.path = Path(f"{path}-writer.lock")
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise MapDatabaseError(describe_error(error, self.path)) from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(self._fd)
+            raise MapDatabaseError(f"{path} is being written by another process (pid {owner}); "
+                                   "this run is not stored") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @staticmethod
+    def held(path: Path) -> bool:
+        """Whether a writer holds ``path`` now (readers use it to tell a running run from a crashed one)."""
+        try:
+            fd = os.open(f"{path}-writer.lock", os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+
+def mark_crashed(conn: sqlite3.Connection) -> list[int]:
+    """Runs still 'running' when a new writer opens the file died without their end: say so."""
+    ids = [row[0] for row in conn.execute("SELECT id FROM runs WHERE ending = ?", (RUNNING,))]
+    conn.execute("UPDATE runs SET ending = ? WHERE ending = ?", (CRASHED, RUNNING))
+    return ids
+
+
+def delete_run(conn: sqlite3.Connection, run: int) -> None:
+    for table in RUN_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
+    conn.execute("DELETE FROM runs WHERE id = ?", (run,))
+
+
+def used_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes of pages in use (freed pages are reused by later writes, so the file stops growing)."""
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return page_size * pages
+
+
+def apply_retention(conn: sqlite3.Connection, keep: int, max_runs: int, max_mb: float) -> list[int]:
+    """Delete the oldest runs (never ``keep``, the new one) beyond ``max_runs`` (0 = any number)
+    and while the used size is over ``max_mb`` (0 = any size); returns the deleted ids."""
+    deleted = []
+    older = [row[0] for row in conn.execute("SELECT id FROM runs WHERE id != ? ORDER BY id", (keep,))]
+    while older and max_runs and len(older) + 1 > max_runs:
+        deleted.append(older.pop(0))
+        delete_run(conn, deleted[-1])
+    while older and max_mb and used_bytes(conn) > max_mb * 1e6:
+        deleted.append(older.pop(0))
+        delete_run(conn, deleted[-1])
+    return deleted
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    id: int
+    started_ns: int
+    last_commit_ns: int | None
+    ended_ns: int | None
+    ending: str
+    settings: dict
+    model: str
+    scale: float
+    scale_known: bool
+    mount: np.ndarray | None
+    origins: np.ndarray | None      # [6]: the conversion's origin in I, then in map
+    frames: int
+    keyframes: int
+    windows: int
+    map_inserts: int
+
+
+def runs(conn: sqlite3.Connection) -> list[RunInfo]:
+    out = []
+    for row in conn.execute("SELECT id, started_ns, last_commit_ns, ended_ns, ending, settings, model, scale, "
+                            "scale_known, mount, origins FROM runs ORDER BY id").fetchall():
+        run = row[0]
+        frames, keyframes = conn.execute("SELECT COUNT(*), COALESCE(SUM(keyframe), 0) FROM frames WHERE run = ?",
+                                         (run,)).fetchone()
+        windows = conn.execute("SELECT COUNT(*) FROM windows WHERE run = ?", (run,)).fetchone()[0]
+        inserts = conn.execute("SELECT COUNT(*) FROM map_inserts WHERE run = ?", (run,)).fetchone()[0]
+        out.append(RunInfo(run, row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7], bool(row[8]),
+                           None if row[9] is None else blob_array(row[9]),
+                           None if row[10] is None else blob_array(row[10]), frames, keyframes, windows, inserts))
+    return out

@@ -1,0 +1,116 @@
+"""The Mapper's seam to the map database: what it calls at its events, and nothing else.
+
+    frame(output, window, final)   a frame's pose entered or changed in the trajectory
+    removed(index)                 a rolled-back frame left it
+    cleared()                      a reset cleared the map and the trajectory
+    points(xyz, rgb)               a keyframe's points were merged into the voxel map (MapStore)
+    pitch(voxel_size)              the live voxel map was resampled at a new pitch (MapStore)
+    stream_ended(map, poses)       an ended stream joined the finished part, in map (MapStore)
+    sync(records, conversion, mount)   after every verb: the window records and the conversion into map
+    commit()                       commit now (a save; tests)
+    close(provisional, continuation)   the Mapper is done (a clean end): provisional keyframes' points and
+                                   what a resumed run continues from (window, next index, placement, overlap)
+
+Each call is a queue put for the writer thread (map_writer.py); with ``map_database`` empty the
+Mapper holds a ``NoRecorder`` whose calls do nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .map_database import resolve_path
+from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+
+
+class NoRecorder:
+    """``map_database`` empty: nothing is stored."""
+
+    text, failure = "off", ""
+
+    def frame(self, output, window: int, final: bool) -> None: ...
+    def removed(self, index: int) -> None: ...
+    def cleared(self) -> None: ...
+    def points(self, xyz, rgb) -> None: ...
+    def pitch(self, voxel_size: float) -> None: ...
+    def stream_ended(self, finished_map, finished_poses) -> None: ...
+    def sync(self, records, conversion, mount) -> None: ...
+    def commit(self, timeout: float = 60.0) -> bool: return False
+    def close(self, provisional=(), continuation=None) -> None: ...
+
+
+class MapRecorder:
+    def __init__(self, writer: MapWriter):
+        self.writer = writer
+        self._records: tuple = ()
+        self._conversion: tuple = (None, None)
+
+    @property
+    def text(self) -> str:
+        return self.writer.text
+
+    @property
+    def failure(self) -> str:
+        return self.writer.failure
+
+    def frame(self, output, window: int, final: bool) -> None:
+        self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
+                         final))
+
+    def removed(self, index: int) -> None:
+        self.writer.put((REMOVED, index))
+
+    def cleared(self) -> None:
+        self.writer.put((CLEARED,))
+
+    def points(self, xyz, rgb) -> None:
+        self.writer.put((POINTS, xyz, rgb, False))
+
+    def pitch(self, voxel_size: float) -> None:
+        self.writer.put((PITCH, voxel_size))
+
+    def stream_ended(self, finished_map, finished_poses) -> None:
+        """The finished part as it is now (copied: the map goes on changing it)."""
+        state = {name: value.copy() for name, value in finished_map.state().items()}
+        state["voxel_size_m"] = np.float64(finished_map.voxel_size_m)
+        entries = list(finished_poses)
+        poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
+                 "stamps_s": np.array([e.stamp_s for e in entries], np.float64).reshape(-1),
+                 "poses": np.array([e.c2w for e in entries], np.float64).reshape(-1, 4, 4)}
+        self.writer.put((FINISHED, state, poses))
+
+    def sync(self, records, conversion, mount) -> None:
+        """Send what changed since the last call (records and conversions are immutable and
+        compared by identity: a new or dropped one is a new object)."""
+        records = tuple(records)
+        if len(records) != len(self._records) or any(a is not b for a, b in zip(records, self._records)):
+            self._records = records
+            self.writer.put((WINDOWS, records))
+        if conversion is not self._conversion[0] or mount is not self._conversion[1]:
+            self._conversion = (conversion, mount)
+            self.writer.put((CONVERSION, conversion.scale, conversion.metric.known, mount.copy(),
+                             np.concatenate([conversion.origin_internal, conversion.origin_map])))
+
+    def commit(self, timeout: float = 60.0) -> bool:
+        """Commit what was told so far (a save, a test); True once it is on disk."""
+        return self.writer.commit(timeout)
+
+    def close(self, provisional=(), continuation=None) -> None:
+        for xyz, rgb in provisional:
+            self.writer.put((POINTS, xyz, rgb, True))
+        if continuation is not None:
+            self.writer.put((CONTINUATION, *continuation))
+        self.writer.close()
+
+
+def open_recorder(settings, model: str, on_commit=None, resume_from: int | None = None) -> MapRecorder | NoRecorder:
+    """The recorder ``settings.map_database`` asks for: a new run in that file (a copy of run
+    ``resume_from`` to begin with), or none."""
+    if not settings.map_database:
+        return NoRecorder()
+    writer = MapWriter(resolve_path(settings.map_database), dataclasses.asdict(settings), model,
+                       settings.map_database_commit_s, settings.map_database_max_runs,
+                       settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
+                       settings.max_map_points, on_commit=on_commit, resume_from=resume_from)
+    return MapRecorder(writer)

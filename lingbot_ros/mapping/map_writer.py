@@ -1,0 +1,326 @@
+"""The map database's writer thread: every SQLite call of a run, off the frame loop.
+
+The frame loop only ``put``s events (a tuple each: a queue append, microseconds); this thread
+opens the file (lock, checks, crash marking, retention), applies the events in order inside one
+transaction and commits it at least every ``commit_s`` (WAL journal, synchronous FULL), so a
+SIGKILL loses at most the last ``commit_s`` of the run and never what was committed.
+
+Any failure (held by another process, read-only, corrupt, disk full, an I/O error) is caught
+here: the open transaction is rolled back (what was committed stays intact), ``failure`` says
+why, and later events are dropped. The Mapper maps on in memory; nothing is raised into it.
+If the disk falls behind by more than ``MAX_BACKLOG_BYTES`` of points, the run stops being
+stored (a growing queue would take the robot's memory instead).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .map_database import (CLEAN, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
+                           connect, describe_error, mark_crashed)
+from .map_readback import replay_voxel_map
+from .voxel_map import VoxelMap, VoxelRangeError
+
+MAX_BACKLOG_BYTES = 256 * 2**20
+POLL_S = 0.02   # how often the thread looks for new events
+# A map checkpoint is written once the inserts since the last one are CHECKPOINT_RATIO times as
+# large as the checkpoint (and at least MIN_CHECKPOINT_BYTES): the checkpoints add 1 / RATIO to
+# the bytes written (5.7 -> 8.6 MB/s at 30 Hz, released size, every frame a keyframe) and the
+# stored map stays within about RATIO + 2 times its in-memory state (the old checkpoint's pages
+# are free until reused).
+MIN_CHECKPOINT_BYTES = 8 * 2**20
+CHECKPOINT_RATIO = 2
+
+# Events (tuples; the first item names them).
+FRAME, REMOVED, CLEARED, POINTS, PITCH, FINISHED, WINDOWS, CONVERSION, CONTINUATION, END, COMMIT = (
+    "frame", "removed", "cleared", "points", "pitch", "finished", "windows", "conversion", "continuation", "end",
+    "commit")
+
+
+class MapWriter:
+    def __init__(self, path: Path, settings: dict, model: str, commit_s: float, max_runs: int, max_mb: float,
+                 max_poses: int, voxel_size: float, max_points: int,
+                 on_commit: Callable[[int, int], None] | None = None, resume_from: int | None = None):
+        self.path = Path(path)
+        self._run_row = (json.dumps(settings, sort_keys=True), model)
+        self.commit_s = commit_s
+        self._retention = (max_runs, max_mb)
+        self._indices: collections.deque[int] = collections.deque(maxlen=max_poses)   # the trajectory's keys
+        self._voxel_size = voxel_size   # map_voxel_size_m: the pitch of a new map
+        self._replica = VoxelMap(voxel_size, max_points)
+        self._resume_from = resume_from
+        self._on_commit = on_commit
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued_bytes = 0       # written by the producer only
+        self._done_bytes = 0         # written by this thread only
+        self.run: int | None = None
+        self.failure = ""
+        self.text = f"opening {self.path}"
+        self.commits = 0
+        self.crashed_runs: list[int] = []
+        self._conn: sqlite3.Connection | None = None
+        self._lock: WriterLock | None = None
+        self._seq = {"map_inserts": 0}
+        self._since_checkpoint = 0
+        self._last_index = -1
+        self._thread = threading.Thread(target=self._main, name="lingbot_map_writer", daemon=True)
+        self._thread.start()
+
+    # -- producer side (the frame loop) ---------------------------------------------------------
+
+    def put(self, event: tuple) -> None:
+        if self.failure:
+            return
+        if event[0] == POINTS:
+            self._queued_bytes += event[1].nbytes + event[2].nbytes
+            if self._queued_bytes - self._done_bytes > MAX_BACKLOG_BYTES:
+                self._fail(f"the disk fell behind by more than {MAX_BACKLOG_BYTES >> 20} MiB of points; "
+                           "the rest of this run is not stored")
+                return
+        self._queue.put(event)
+
+    def commit(self, timeout: float = 60.0) -> bool:
+        """Commit everything put so far now; True once done (False: failed or timed out)."""
+        if not self._thread.is_alive():
+            return False
+        done = threading.Event()
+        self._queue.put((COMMIT, done))
+        return done.wait(timeout) and not self.failure
+
+    def close(self, timeout: float = 60.0) -> bool:
+        """End the run (marked clean), commit and close; True if the thread finished in time."""
+        if self._thread.is_alive():
+            self._queue.put((END,))
+            self._queue.put(None)
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- the thread -----------------------------------------------------------------------------
+
+    def _fail(self, text: str) -> None:
+        if not self.failure:
+            self.failure = text
+            self.text = f"not stored: {text}"
+
+    def _main(self) -> None:
+        try:
+            self._open()
+        except MapDatabaseError as error:
+            self._fail(str(error))
+        except Exception as error:   # anything else the file system says: report, never raise
+            self._fail(f"{self.path}: {type(error).__name__}: {error}")
+        in_transaction, deadline = False, 0.0
+        while True:
+            try:
+                event = self._queue.get_nowait()
+            except queue.Empty:
+                if in_transaction and time.monotonic() >= deadline:
+                    in_transaction = self._commit()
+                # Polled, not waited on: with no thread waiting, a put is a plain append and never
+                # hands the GIL to this thread in the middle of the frame loop's step.
+                time.sleep(POLL_S)
+                continue
+            if event is None:
+                break
+            if self.failure:
+                if event[0] == COMMIT:
+                    event[1].set()
+                continue
+            if event[0] == COMMIT:
+                in_transaction = self._commit() if in_transaction else False
+                event[1].set()
+                continue
+            try:
+                if not in_transaction:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    in_transaction, deadline = True, time.monotonic() + self.commit_s
+                self._apply(event)
+                if time.monotonic() >= deadline or event[0] == END:
+                    in_transaction = self._commit()
+            except Exception as error:
+                in_transaction = False
+                self._abandon(error)
+        if in_transaction and not self.failure:
+            self._commit()
+        if not self.failure and self.run is not None:
+            self.text = f"run {self.run} stored in {self.path}"
+        self._shut()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = WriterLock(self.path)
+        self._conn = connect(self.path, readonly=False)
+        try:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            self.crashed_runs = mark_crashed(conn)
+            self.run = conn.execute("INSERT INTO runs (started_ns, settings, model, ending) VALUES (?, ?, ?, ?)",
+                                    (time.time_ns(), *self._run_row, RUNNING)).lastrowid
+            if self._resume_from is not None:
+                self._copy_run(self._resume_from)
+            apply_retention(conn, self.run, *self._retention)
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            self._abandon(error)
+            raise MapDatabaseError(self.failure) from None
+        self.text = f"writing run {self.run} to {self.path}"
+
+    def _copy_run(self, source: int) -> None:
+        """A resumed run starts as the run it continues (its map and trajectory are the Mapper's)."""
+        conn, run = self._conn, self.run
+        conn.execute("INSERT INTO frames SELECT ?, idx, stamp_ns, pose, keyframe, window, final FROM frames "
+                     "WHERE run = ?", (run, source))
+        # Its provisional points stay out: the Mapper holds them until the next window finalises them.
+        conn.execute("INSERT INTO map_inserts SELECT ?, seq, xyz, rgb, 0 FROM map_inserts WHERE run = ? "
+                     "AND provisional = 0", (run, source))
+        conn.execute("INSERT INTO map_checkpoints SELECT ?, upto_seq, state FROM map_checkpoints WHERE run = ?",
+                     (run, source))
+        conn.execute("INSERT INTO finished_streams SELECT ?, map_state, poses FROM finished_streams WHERE run = ?",
+                     (run, source))
+        self._indices.extend(row[0] for row in conn.execute("SELECT idx FROM frames WHERE run = ? ORDER BY idx",
+                                                            (run,)))
+        self._last_index = self._indices[-1] if self._indices else -1
+        self._replica = replay_voxel_map(conn, run, self._replica.voxel_size_m, self._replica.max_points)[0]
+        self._seq["map_inserts"] = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM map_inserts WHERE run = ?",
+                                                (run,)).fetchone()[0]
+
+    def _commit(self) -> bool:
+        """Commit the open transaction; False (no transaction open) afterwards either way."""
+        try:
+            self._conn.execute("UPDATE runs SET last_commit_ns = ? WHERE id = ?", (time.time_ns(), self.run))
+            self._conn.execute("COMMIT")
+        except Exception as error:
+            self._abandon(error)
+            return False
+        self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(self.commits, self._last_index)
+        return False
+
+    def _abandon(self, error: BaseException) -> None:
+        """Roll the open transaction back (the committed state stays) and stop storing this run."""
+        try:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        self._fail(describe_error(error, self.path))
+
+    def _shut(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        if self._lock is not None:
+            self._lock.release()
+
+    def _apply(self, event: tuple) -> None:
+        kind, conn, run = event[0], self._conn, self.run
+        if kind == FRAME:
+            _, index, stamp_ns, pose, keyframe, window, final = event
+            if not self._indices or index > self._indices[-1]:
+                if len(self._indices) == self._indices.maxlen:   # the trajectory drops its oldest too
+                    conn.execute("DELETE FROM frames WHERE run = ? AND idx = ?", (run, self._indices[0]))
+                self._indices.append(index)
+            elif not _holds(self._indices, index):
+                return   # a pose the trajectory no longer holds (beyond its bound) is not stored either
+            conn.execute("INSERT OR REPLACE INTO frames VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (run, index, stamp_ns, np.asarray(pose, np.float64).tobytes(), int(keyframe), window,
+                          int(final)))
+            self._last_index = max(self._last_index, index)
+        elif kind == REMOVED:
+            if _holds(self._indices, event[1]):
+                self._indices.remove(event[1])
+            conn.execute("DELETE FROM frames WHERE run = ? AND idx = ?", (run, event[1]))
+        elif kind == CLEARED:
+            self._indices.clear()
+            self._replica = VoxelMap(self._voxel_size, self._replica.max_points)
+            self._since_checkpoint = 0
+            for table in ("frames", "map_inserts", "map_checkpoints", "finished_streams"):
+                conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
+        elif kind == FINISHED:   # the live stream went into the finished part: a new live one starts
+            _, state, poses = event
+            conn.execute("INSERT OR REPLACE INTO finished_streams VALUES (?, ?, ?)",
+                         (run, arrays_blob(state), arrays_blob(poses)))
+            for table in ("frames", "map_inserts", "map_checkpoints"):
+                conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
+            self._indices.clear()
+            self._replica = VoxelMap(self._voxel_size, self._replica.max_points)
+            self._since_checkpoint = 0
+        elif kind == POINTS:
+            _, xyz, rgb, provisional = event
+            xyz_blob, rgb_blob = array_blob(xyz), array_blob(rgb)
+            self._seq["map_inserts"] += 1
+            seq = self._seq["map_inserts"]
+            conn.execute("INSERT INTO map_inserts VALUES (?, ?, ?, ?, ?)", (run, seq, xyz_blob, rgb_blob,
+                                                                            int(provisional)))
+            self._done_bytes += xyz.nbytes + rgb.nbytes
+            if not provisional:
+                try:
+                    self._replica.insert(xyz, rgb)
+                except VoxelRangeError:
+                    pass   # the Mapper's map raised and went on the same way
+                self._since_checkpoint += len(xyz_blob) + len(rgb_blob)
+                if self._since_checkpoint >= max(MIN_CHECKPOINT_BYTES, CHECKPOINT_RATIO * self._replica.nbytes()):
+                    self._checkpoint(seq)
+        elif kind == PITCH:   # the map resampled at its new pitch, as MapStore.set_pitch does
+            old, self._replica = self._replica, VoxelMap(event[1], self._replica.max_points)
+            if len(old):
+                self._replica.insert(*old.points())
+            self._checkpoint(self._seq["map_inserts"])   # replay starts from this pitch
+        elif kind == WINDOWS:
+            conn.execute("DELETE FROM windows WHERE run = ?", (run,))
+            for seq, record in enumerate(event[1]):
+                sim = record.similarity
+                conn.execute("INSERT INTO windows VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+                    run, seq, record.window, record.first_index, float(sim.scale),
+                    sim.rotation.detach().cpu().double().numpy().tobytes(),
+                    sim.translation.detach().cpu().double().numpy().tobytes(), float(record.overlap_error)))
+        elif kind == CONVERSION:
+            _, scale, known, mount, origins = event
+            conn.execute("UPDATE runs SET scale = ?, scale_known = ?, mount = ?, origins = ? WHERE id = ?",
+                         (float(scale), int(known), array_blob(np.asarray(mount, np.float64)),
+                          array_blob(np.asarray(origins, np.float64)), run))
+        elif kind == CONTINUATION:
+            _, window, next_index, placement, overlap, provisional = event
+            conn.execute("INSERT OR REPLACE INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
+                {"rotation": placement.rotation, "translation": placement.translation,
+                 "provisional": np.array(provisional, np.int64).reshape(-1, 2)})))
+            conn.execute("DELETE FROM overlap_frames WHERE run = ?", (run,))
+            for seq, (index, stamp_ns, rgb, pose_enc, depth, keyframe) in enumerate(overlap):
+                conn.execute("INSERT INTO overlap_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
+                    run, seq, index, stamp_ns, array_blob(rgb), array_blob(pose_enc), array_blob(depth), int(keyframe)))
+        elif kind == END:
+            conn.execute("UPDATE runs SET ending = ?, ended_ns = ? WHERE id = ?", (CLEAN, time.time_ns(), run))
+
+    def _checkpoint(self, seq: int) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO map_checkpoints VALUES (?, ?, ?)",
+                           (self.run, seq, arrays_blob({**self._replica.state(),
+                                                        "voxel_size_m": np.float64(self._replica.voxel_size_m)})))
+        self._conn.execute("DELETE FROM map_inserts WHERE run = ? AND seq <= ?", (self.run, seq))
+        self._since_checkpoint = 0
+
+
+def _holds(indices: collections.deque, index: int) -> bool:
+    """Whether ``index`` is held, searched from the newest end (replace and remove serve the last few)."""
+    for held in reversed(indices):
+        if held == index:
+            return True
+        if held < index:
+            return False
+    return False
+
+
+def stored_bytes(path: Path) -> int:
+    """The database's bytes on disk, its WAL included."""
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))

@@ -1,0 +1,144 @@
+"""The Mapper writing its map database (tiny model, CPU): after every verb the committed database
+says what the Mapper holds (trajectory, map, windows, conversion), a cleanly ended run exports
+byte for byte what save() wrote, and a database that cannot be written changes nothing else."""
+import filecmp
+import random
+
+import numpy as np
+import pytest
+
+from lingbot_ros.cache import NothingToRollback
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping import map_database as mdb
+from lingbot_ros.mapping.export import write_map_files
+from lingbot_ros.mapping.map_readback import load_run
+from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.settings import MapperSettings
+
+from test_mapper import frame
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+
+@pytest.fixture
+def make_mapper(fixture_files, tmp_path):
+    def make(**overrides) -> Mapper:
+        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "warmup": False,
+                                     "num_scale_frames": 3, "scale_frames": 3, "sliding_window": 2,
+                                     "min_confidence": 0.0, "map_points_stride": 2,
+                                     "long_run_policy": "windowed", "window_size": 6, "overlap_size": 2,
+                                     "map_database": str(tmp_path / "map.db"), **overrides})
+        return Mapper(settings, factory.build(settings))
+    return make
+
+
+def stored(mapper):
+    conn = mdb.connect(mdb.resolve_path(mapper.settings.map_database), readonly=True)
+    try:
+        return load_run(conn, mdb.runs(conn)[-1])
+    finally:
+        conn.close()
+
+
+def assert_database_is_the_mapper(mapper):
+    assert mapper.recorder.commit(), mapper.recorder.failure
+    run = stored(mapper)
+    expected = mapper.saved_trajectory()
+    conversion = mapper._stream.frames.conversion
+    assert [p.key for p in run.trajectory] == [p.key for p in expected]
+    np.testing.assert_array_equal(run.trajectory.stamps_s(), expected.stamps_s())
+    np.testing.assert_array_equal(run.trajectory.c2w(), expected.c2w())
+    # The map itself, as MapStore.points combines its parts (a save adds the held and the
+    # provisional keyframes).
+    store = mapper._store
+    xyz, rgb = store.live_map.points()
+    xyz = conversion.points(xyz)
+    if len(store._finished_map):
+        combined = store._finished_map.copy()
+        combined.insert(xyz, rgb)
+        xyz, rgb = combined.points()
+    np.testing.assert_array_equal(run.xyz, xyz)
+    np.testing.assert_array_equal(run.rgb, rgb)
+    if mapper._stream.windows is None:
+        assert run.windows is None
+    else:
+        records = mapper.window_records()
+        assert [(r.window, r.first_index) for r in run.windows] == [(r.window, r.first_index) for r in records]
+        for got, want in zip(run.windows, records):
+            assert float(got.similarity.scale) == float(want.similarity.scale)
+            np.testing.assert_array_equal(got.similarity.rotation.numpy(),
+                                          want.similarity.rotation.double().numpy())
+            assert got.overlap_error == want.overlap_error or np.isnan(want.overlap_error)
+    assert (run.info.scale, run.info.scale_known) == (conversion.scale, conversion.metric.known)
+
+
+@pytest.mark.parametrize("seed, overrides", [
+    (1, {}),
+    (2, {"keyframe_interval": 2, "scale_source": "fixed", "scale": 2.5}),
+    (3, {"long_run_policy": "reset", "max_keyframes": 4, "max_trajectory_poses": 7}),
+    # Restarts that keep the map, each stream at its own scale: the finished part is stored too.
+    (4, {"long_run_policy": "reset", "max_keyframes": 4, "scale_source": "odometry"}),
+])
+def test_the_database_says_what_the_mapper_holds_after_every_verb(make_mapper, seed, overrides):
+    rng = random.Random(seed)
+    mapper = make_mapper(**overrides)
+    shift = 0
+    verbs = []
+    for _ in range(30):
+        verb = rng.choices(["frame", "rollback", "reset", "flush"], weights=[10, 3, 1, 1])[0]
+        verbs.append(verb)
+        if verb == "frame":
+            shift += 6
+            mapper.process(frame(shift))
+        elif verb == "rollback":
+            try:
+                mapper.rollback_last_frame()
+            except NothingToRollback:
+                pass
+        elif verb == "reset":
+            mapper.reset("test")
+        else:
+            mapper.flush()
+        assert_database_is_the_mapper(mapper)
+    mapper.finish()
+    assert_database_is_the_mapper(mapper)
+    assert "rollback" in verbs and "reset" in verbs
+    mapper.close()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"long_run_policy": "reset", "max_keyframes": 4,
+                                             "scale_source": "odometry"}], ids=["windowed", "odometry"])
+def test_a_clean_end_exports_what_save_wrote(make_mapper, tmp_path, overrides):
+    mapper = make_mapper(**overrides)
+    for shift in range(0, 96, 6):
+        mapper.process(frame(shift))
+    if overrides:
+        assert mapper.snapshot.restarts >= 2   # the finished part holds two streams or more
+    else:
+        mapper.rollback_last_frame()
+    mapper.save(tmp_path / "saved")   # mid-window: provisional frames in the map and trajectory
+    mapper.close()
+    run = stored(mapper)
+    assert run.info.ending == mdb.CLEAN
+    write_map_files(tmp_path / "exported", run.xyz, run.rgb, run.trajectory, run.windows)
+    for name in ("map.ply", "trajectory.tum") + (() if overrides else ("windows.csv",)):
+        assert filecmp.cmp(tmp_path / "saved" / name, tmp_path / "exported" / name, shallow=False), name
+
+
+def test_a_database_that_cannot_be_written_changes_nothing_else(make_mapper, tmp_path):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"not a database" * 64)
+    results = []
+    for database in (str(corrupt), ""):
+        mapper = make_mapper(map_database=database)
+        for shift in range(0, 60, 6):
+            mapper.process(frame(shift, stamp_s=shift / 60))
+        mapper.finish()
+        results.append(mapper.snapshot)
+        mapper.save(tmp_path / f"save{len(results)}")
+        mapper.close()
+    assert "corrupt" in results[0].map_database_error or "not a database" in results[0].map_database_error
+    assert results[1].map_database == "off" and not results[1].map_database_error
+    for name in ("map.ply", "trajectory.tum", "windows.csv"):
+        assert filecmp.cmp(tmp_path / "save1" / name, tmp_path / "save2" / name, shallow=False), name
+    assert corrupt.read_bytes() == b"not a database" * 64
