@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_until
+from ros_teardown import shut_down
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF")
@@ -121,11 +122,5 @@ def test_replay_waits_for_the_named_node_not_for_the_first_subscriber(shared_dat
         first = seen["late"][0].header.stamp
         assert (first.sec, first.nanosec) == (1_700_000_000, 0)   # the bag's first frame
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        executor.shutdown(timeout_sec=2)
-        spin.join(5)
-        monitor.destroy_node()
         late.destroy_node()
-        context.try_shutdown()
+        shut_down([proc], executor, spin, monitor, context)
