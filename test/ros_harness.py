@@ -165,6 +165,12 @@ class Ros:
         status = self.settled()
         return status if status and status.frames_processed == processed else None
 
+    def pose_stamps(self, count: int, start: int = 0) -> list[int]:
+        """Stamps of the poses from index start on, once count of them arrived: a status and the
+        pose of the same frame travel on different topics, so the status may come first."""
+        self.wait(lambda: len(self.poses) - start >= count, f"{count} poses")
+        return [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in self.poses[start:]]
+
     def diagnostic(self, key: str) -> str | None:
         if not self.diagnostics:
             return None

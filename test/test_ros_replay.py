@@ -12,10 +12,6 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 BAG_FRAMES = 286
 
 
-def _stamps(poses) -> list[int]:
-    return [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in poses]
-
-
 @pytest.mark.parametrize("rate, extra, frames", [
     ("1", ("--duration", "5"), 50),
     ("4", (), BAG_FRAMES),                                   # keep-all reliable alone keeps every frame
@@ -30,7 +26,7 @@ def test_process_all_frames_loses_nothing_at_any_rate(ros, tiny, rate, extra, fr
     assert replay.wait(240) == 0, ros.output(replay)
     status = ros.wait(lambda: ros.settled_with(frames), f"all {frames} frames processed", timeout=240)
     assert status.frames_received == frames and status.frames_dropped == 0 and status.frames_rejected == 0
-    assert _stamps(ros.poses) == [BAG_START_NS + k * 10**8 for k in range(frames)]
+    assert ros.pose_stamps(frames) == [BAG_START_NS + k * 10**8 for k in range(frames)]
     interrupt_and_check_exit(ros, node)
 
 
