@@ -55,7 +55,8 @@ def replay_voxel_map(conn: sqlite3.Connection, run: int, voxel_size: float, max_
         voxel_map.restore(state)
     provisional = []
     for xyz, rgb, is_provisional in conn.execute(
-            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND seq > ? ORDER BY seq", (run, upto)):
+            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND (seq > ? OR provisional = 1) "
+            "ORDER BY seq", (run, upto)):
         if is_provisional and not provisional_as_final:
             provisional.append((blob_array(xyz), blob_array(rgb)))
             continue

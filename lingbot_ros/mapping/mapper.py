@@ -103,6 +103,8 @@ class Mapper:
         self._model_ms = 0.0
         self._warned_trajectory_bound = False
         self._restart_reason = ""
+        self._continuation_due = 0.0     # monotonic time of the next continuation stored while mapping
+        self._resume_note = None         # (windows, number, text): the resumed window's status says so
         self._stream = self._new_stream(*self.robot.first_stream())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
         if resumed is not None:
@@ -137,12 +139,16 @@ class Mapper:
             inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
                       for index, stamp_ns, rgb, _ in resumed.overlap]
             windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
-            return f"{where}: window {resumed.window + 1} aligns to its last {len(inputs)} frames"
+            first, last = inputs[0].index, inputs[-1].index
+            self.recorder.continuation(self._continuation(with_points=False))   # a crash now resumes the same
+            self._resume_note = (windows, resumed.window + 1, where)
+            return f"{where}: window {resumed.window + 1} aligns to its stored frames {first}-{last}"
         newest = self._store.newest_poses(1, state.frames.conversion)
         if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
             self._records = list(resumed.records)
             self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].c2w))
-            return f"{where}: no overlap frames stored, a new stream continues from the last pose"
+            why = resumed.stale or "no overlap frames stored"
+            return f"{where}: {why}, a new stream continues from the last pose"
         return f"{where}: it holds no frame, a new map starts"
 
     # -- per-stream state ------------------------------------------------------------------------
@@ -218,6 +224,8 @@ class Mapper:
         reason = self.long_run.restart_reason(self.session.stats())
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
+        else:
+            self._store_continuation()
         return self._done(outcome)
 
     def finish(self) -> StepOutcome:
@@ -265,6 +273,7 @@ class Mapper:
         index = run.stored.pop()
         self._store.remove_pose(index)
         self.recorder.removed(index)
+        self._continuation_due = 0.0   # the stored one may hold this frame: store the next one soon
         provisional = windows.forget_newest(had_result=True) if windows is not None else None
         self._counts["rolled_back"] += 1
         if provisional is not None:
@@ -304,10 +313,10 @@ class Mapper:
         stop the map builder's thread (the owner is done with this Mapper)."""
         try:
             self._store.merge()
-            provisional, continuation = self._provisional_points(), self._continuation()
+            self.recorder.continuation(self._continuation(with_points=True), self._provisional_points())
         except Exception:   # a map insert's or a device's error: it was reported where it happened
-            provisional, continuation = [], None
-        self.recorder.close(provisional, continuation)
+            pass
+        self.recorder.close()
         self._store.close()
 
     def apply_live(self, settings: MapperSettings) -> None:
@@ -342,10 +351,12 @@ class Mapper:
         return stored + [o.internal_points(s.min_confidence, s.map_points_stride)
                          for o in windows.provisional() if o.is_keyframe]
 
-    def _continuation(self) -> tuple:
+    def _continuation(self, with_points: bool) -> tuple:
         """What a resumed run needs to start the next window: (window number, next frame index,
         placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
-        its provisional frames as (index, keyframe) in the order of their points)."""
+        its provisional frames as (index, points stored) in the order of their points). Without
+        points (a continuation stored while mapping) no provisional frame has stored points: the
+        resumed window runs them again anyway, as they are among its last ov frames."""
         state = self._stream
         windows, overlap = state.windows, []
         if windows is not None and not windows.switch_refusal():
@@ -354,9 +365,20 @@ class Mapper:
                 overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
                                 to_numpy(result.depth), bool(result.is_keyframe)))
         provisional = [] if windows is None else (
-            [(index, points is not None) for index, (_, points) in windows.resumed.items()]
-            + [(o.index, o.is_keyframe) for o in windows.provisional()])
+            [(index, with_points and points is not None) for index, (_, points) in windows.resumed.items()]
+            + [(o.index, with_points and o.is_keyframe) for o in windows.provisional()])
         return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional)
+
+    def _store_continuation(self) -> None:
+        """While mapping, at most every map_database_continuation_s: the continuation a resume
+        after a crash aligns to (its bytes: README, The map database)."""
+        period, windows = self.settings.map_database_continuation_s, self._stream.windows
+        if not period or windows is None or not self.recorder.active or windows.switch_refusal():
+            return
+        now = time.monotonic()
+        if now >= self._continuation_due:
+            self._continuation_due = now + period
+            self.recorder.continuation(self._continuation(with_points=False))
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""
@@ -462,7 +484,7 @@ class Mapper:
         if results:
             state.run.has_results = True
             self._restart_reason = ""
-            self._set_state(TRACKING, "tracking")
+            self._set_state(TRACKING, self._tracking_text())
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
         state = self._stream
@@ -582,6 +604,8 @@ class Mapper:
         # The odometry buffer stays: the frames still queued need theirs (the front end clears it
         # when odometry stamps go back, as a looped bag's do).
         self._stream = self._new_stream(placement, frames)
+        self.recorder.continuation(None)   # of the ended stream; the new one stores its own soon
+        self._continuation_due = 0.0
         self._counts["restarts"] += 1
         self._restart_reason = reason
         self._set_state(RESET, f"reset: {reason}")
@@ -610,6 +634,14 @@ class Mapper:
     def _done(self, outcome: StepOutcome) -> StepOutcome:
         self._publish_snapshot()
         return outcome
+
+    def _tracking_text(self) -> str:
+        """'tracking', and while the window a resume started runs, that resume and how well its
+        stored frames ran again (the overlap error: README, The map database)."""
+        note, windows = self._resume_note, self._stream.windows
+        if note is None or note[0] is not windows or windows.number != note[1] or windows.similarity is None:
+            return "tracking"
+        return f"tracking; {note[2]}, window {note[1]} aligned with overlap error {windows.last_overlap_error:.3g}"
 
     def _init_text(self) -> str:
         text = f"initialising {len(self._stream.run.awaiting)}/{self.settings.num_scale_frames}"
