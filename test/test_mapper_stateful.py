@@ -89,10 +89,14 @@ class MapperMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.sampled_from(["windowed", "reset"]), interval=st.sampled_from([1, 2]),
                 window=st.sampled_from([4, 5]), overlap=st.sampled_from([1, 2, 3]),
-                max_keyframes=st.sampled_from([0, 5]))
-    def setup(self, policy, interval, window, overlap, max_keyframes):
+                max_keyframes=st.sampled_from([0, 5]), scale=st.sampled_from([None, 2.0]))
+    def setup(self, policy, interval, window, overlap, max_keyframes, scale):
+        # A fixed scale of 2 puts the map in metres (voxels of VOXEL / 2 model units) and keeps the
+        # reference's voxels exact (doubling is exact in floating point).
+        scaled = {"scale_source": "fixed", "scale": scale} if scale else {}
+        SEEN["fixed scale"] += bool(scale)
         self.start(long_run_policy=policy, keyframe_interval=interval, window_size=window,
-                   overlap_size=overlap, max_keyframes=max_keyframes)
+                   overlap_size=overlap, max_keyframes=max_keyframes, **scaled)
 
     def start(self, **overrides):
         self.mapper = Model.mapper(self.files, map_database=str(self.tmp / "map.db"), **overrides)

@@ -111,7 +111,7 @@ class Mapper:
             resume_text = self._continue(resumed)
         if resume_text:
             self._set_state(WAITING, f"{resume_text}; waiting for images")
-            self._publish_snapshot()
+        self._publish_snapshot()   # the database's run holds the conversion (a fixed scale) from the start
 
     def _continue(self, resumed) -> str:
         """The stored run's map and trajectory are this Mapper's; its first frame continues them:
