@@ -48,7 +48,7 @@ from .robot import RobotFrames, StreamFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
-from .stamps import ACCEPT, DROP, StampPolicy
+from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
 
@@ -590,7 +590,7 @@ class Mapper:
             outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
 
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
-        text = (f"model failed on the frame stamped {frame.stamp_ns / 1e9:.3f}: "
+        text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
         lost = {p.index for p in self._stream.run.awaiting if not p.rerun}
         if self._last_placed != index:
@@ -653,5 +653,4 @@ class Mapper:
             cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
             trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
             **self._scale_fields(), map_database=self.recorder.text, map_database_error=self.recorder.failure,
-            last_stamp_ns=None if last is None else last.stamp_ns,
-            last_source=None if last is None else last.source)
+            last_stamp_ns=None if last is None else last.stamp_ns)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import torch
@@ -18,13 +17,12 @@ STATE_NAMES = {WAITING: "waiting", INITIALISING: "initialising", TRACKING: "trac
 
 @dataclasses.dataclass(frozen=True)
 class InputFrame:
-    """One decoded camera image. ``source`` is the front end's own handle (e.g. the ROS header
-    stamp), passed through untouched to the frame's outputs."""
+    """One decoded camera image, stamped in integer nanoseconds (a front end converts its own
+    stamp type once, on the way in)."""
 
     rgb: np.ndarray            # [H, W, 3] uint8 RGB
     stamp_ns: int
     frame_id: str = ""
-    source: Any = None
     received_ns: int = 0       # time.monotonic_ns() when the front end got it
     gap_ns: int | None = None  # the input's forward stamp gap before it (stamps.ReceivedGaps)
 
@@ -140,4 +138,3 @@ class MapperSnapshot:
     map_database: str = ""            # what the map database is doing ("off", "writing run N to PATH", ...)
     map_database_error: str = ""      # why this run is not (or no longer) stored; '' while it is
     last_stamp_ns: int | None = None
-    last_source: Any = None    # the front end's handle of the last processed frame

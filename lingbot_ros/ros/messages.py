@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose, PoseStamped
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
@@ -31,12 +32,16 @@ def make_header(stamp, frame_id: str) -> Header:
     return Header(stamp=stamp, frame_id=frame_id)
 
 
-def stamp_from_seconds(stamp_s: float):
-    """builtin_interfaces/Time from float seconds (for poses whose exact stamp is gone)."""
-    from builtin_interfaces.msg import Time
+def stamp_ns(stamp) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds: the one conversion of a ROS stamp on its way
+    into the ROS-free layers, which hold stamps as integer nanoseconds only."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
-    sec = int(stamp_s // 1)
-    return Time(sec=sec, nanosec=min(int(round((stamp_s - sec) * 1e9)), 999_999_999))
+
+def stamp_msg(stamp_ns: int) -> Time:
+    """Integer nanoseconds -> builtin_interfaces/Time, exactly (an output carries its image's stamp)."""
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+    return Time(sec=sec, nanosec=nanosec)
 
 
 def pose_from_matrix(pose_4x4: np.ndarray) -> Pose:
