@@ -15,7 +15,7 @@ from lingbot_ros.cache import NothingToRollback
 from lingbot_ros.mapping import factory, read_ply, read_tum
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.mapper import Mapper
-from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, InputFrame
+from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -127,7 +127,7 @@ def test_cache_cap_restarts_and_continues_from_the_last_pose(make_mapper):
     last = outcome.new[-1].camera_pose
     assert [n.kind for n in outcome.notices] == [RESTART]
     assert "cache cap: 4 keyframes stored (max_keyframes=4)" in outcome.notices[0].text
-    assert mapper.snapshot.state == RESET and stored(mapper) == 0 and mapper.snapshot.restarts == 1
+    assert mapper.snapshot.state == RESTARTED and stored(mapper) == 0 and mapper.snapshot.restarts == 1
     assert mapper.snapshot.trajectory_poses == 4 and len(mapper.map_points()[0]) > 0
     # The new stream's model world starts at the last camera: a first camera at the model's
     # identity lands exactly where the old stream left off.

@@ -11,8 +11,8 @@ from .frames import MapConversion, Placement
 from .points import image_to_rgb_uint8, select_points
 
 # MapStatus.STATE_* values (msg/MapStatus.msg); the mapping layer owns their meaning.
-WAITING, INITIALISING, TRACKING, RESET = 0, 1, 2, 3
-STATE_NAMES = {WAITING: "waiting", INITIALISING: "initialising", TRACKING: "tracking", RESET: "reset"}
+WAITING, INITIALISING, TRACKING, RESTARTED = 0, 1, 2, 3
+STATE_NAMES = {WAITING: "waiting", INITIALISING: "initialising", TRACKING: "tracking", RESTARTED: "restarted"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +117,7 @@ class MapperSnapshot:
     processed: int = 0         # frames placed (a phase-1 frame counts once its pose is out)
     rejected: int = 0
     failed: int = 0            # frames lost to a model failure (the failing one and those buffered)
-    restarts: int = 0
+    restarts: int = 0          # streams ended and begun again (mapper.py: restart), resets included
     rolled_back: int = 0       # placed frames undone by rollback_last_frame
     cleared: int = 0           # placed frames whose poses a map-clearing restart dropped
     keyframes: int = 0         # frames stored in the attention cache now

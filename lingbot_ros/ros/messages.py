@@ -15,7 +15,7 @@ from lingbot_ros.mapping import rotation_to_quaternion
 # Odometry covariance convention (diagonal of pose.covariance, row-major 6x6: x y z rx ry rz).
 # The model reports no calibrated uncertainty, so the value only tells consumers how far to trust
 # a pose: tracking = the `odom_variance` parameter; the first poses of a stream (the scale-frame
-# batch, and the first pose after a reset) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
+# batch, and the first pose after a restart) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
 UNTRUSTED_VARIANCE = 1.0e6
 # Velocity is not estimated. nav_msgs has no "unknown" flag (sensor_msgs' covariance[0] = -1 is for
 # Imu/NavSatFix; robot_localization reads an Odometry covariance as variances), so the zero twist

@@ -5,7 +5,7 @@ Lifecycle (rclpy.lifecycle):
               worker (ERROR if either fails; on_error then releases everything), create
               publishers, services, timers and TF output.
   activate    check the input parameters (FAILURE, naming them), subscribe. The stream resumes
-              exactly where it stopped: no warm-up, no reset (a long pause may still end in an
+              exactly where it stopped: no warm-up, no restart (a long pause may still end in an
               announced restart through max_stamp_gap_s).
   deactivate  unsubscribe; frames still waiting are dropped and counted. The Mapper is kept.
   cleanup     stop the worker, free the model and its memory (CUDA cache emptied).
