@@ -5,9 +5,10 @@ messages decode through :mod:`lingbot_ros.io.image_codec`, the node's own decode
 folder gives the pixels the node would get from the same messages.
 
 Every source is an iterable of :class:`Frame` ``(stamp_ns, rgb)`` with ``stamp_ns`` integer
-nanoseconds and ``rgb`` a uint8 ``[H, W, 3]`` RGB array. Iterating opens the underlying file or device and the generator closes
-it when exhausted or closed (``contextlib.closing`` when breaking out early). ``num_frames`` is
-the frame count when known up front, else None (cameras, endless synthetic, some videos).
+nanoseconds and ``rgb`` a uint8 ``[H, W, 3]`` RGB array. Iterating opens the underlying file or
+device and the generator closes it when exhausted or closed (``contextlib.closing`` when breaking
+out early). ``num_frames`` is the frame count when known up front, else None (cameras, endless
+synthetic, some videos).
 
 :func:`open_source` picks the source from a spec string; see its docstring for the rules.
 """
