@@ -74,7 +74,7 @@ def reference_run(fixture, bag, stop: int, count: int, directory):
     for number, item in zip(range(count), open_source(str(bag))):
         if number == stop:
             mapper.new_window()
-        mapper.process(InputFrame(rgb=item.rgb, stamp_ns=round(item.stamp_s * 1e9)))
+        mapper.process(InputFrame(rgb=item.rgb, stamp_ns=item.stamp_ns))
     mapper.save(directory)
     mapper.close()
 

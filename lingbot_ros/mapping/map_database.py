@@ -18,7 +18,8 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
                     in-memory size on disk; a new pitch (the metric scale became known) is one
     finished_streams (run): with ``scale_source odometry``, the streams a restart that kept the map
                     ended, as MapStore holds them in ``map`` (map_store.py): the voxel map's state
-                    and the base poses; the tables above then hold the live stream only
+                    and the base poses (keys, stamps_ns, poses); the tables above then hold the live
+                    stream only
     continuations   (run): what a resumed run continues from (map_resume.py), stored at a clean end and
                     while mapping: the window number, the next frame index, the stream's placement in
                     the internal frame and its window's provisional frames (index, points stored;

@@ -83,7 +83,7 @@ class MapRecorder:
         state["voxel_size_m"] = np.float64(finished_map.voxel_size_m)
         entries = list(finished_poses)
         poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
-                 "stamps_s": np.array([e.stamp_s for e in entries], np.float64).reshape(-1),
+                 "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
                  "poses": np.array([e.c2w for e in entries], np.float64).reshape(-1, 4, 4)}
         self.writer.put((FINISHED, state, poses))
 

@@ -89,7 +89,7 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
         trajectory = Trajectory(settings.max_trajectory_poses)
         for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
                                                   (info.id,)):
-            trajectory.append(stamp_ns / 1e9, np.frombuffer(pose, np.float64).reshape(4, 4), key=index)
+            trajectory.append(stamp_ns, np.frombuffer(pose, np.float64).reshape(4, 4), key=index)
         voxel_map, provisional_points = replay_voxel_map(conn, info.id, settings.map_voxel_size_m,
                                                          settings.max_map_points)
         records = load_run(conn, info).windows or []

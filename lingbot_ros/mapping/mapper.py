@@ -7,7 +7,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
 
     process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers)
     finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final
-    reset(reason)                     restart the stream and clear the map
+    reset(reason)                     the operator's reset: restart the stream, clear the map
     rollback_last_frame() -> str      undo the newest frame (pose, points, cache); a refusal
                                       (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
@@ -15,6 +15,22 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
     add_odometry(stamp_ns, pose), odometry_at(stamp_ns)   (any thread)
+
+Vocabulary (code, notices, status and diagnostics use it alike):
+
+    restart        a stream ends and the next begins: the session, the stamp rule's reference,
+                   the scale estimate and the window bookkeeping start anew (``_end_stream``, the
+                   one path). It keeps the map (an image size change, a model failure, the reset
+                   policy's cache cap: the next stream continues from the last pose) or clears it
+                   (a stamp gap or jump back, a reset). Counted in ``snapshot.restarts``
+                   (MapStatus ``restarts``, diagnostics ``stream_restarts``); the state is
+                   RESTARTED until the new stream's first pose, its text "restarted: <reason>".
+    reset          the operator's verb (``reset``, the node's ~/reset): a restart that clears
+                   the map. (The ``reset`` long-run policy is named for the session it resets at a
+                   cap; its restarts keep the map.)
+    window switch  the windowed policy's next window: the same stream, a new session run
+                   (stream_state.py); not a restart, never announced as one.
+    session reset  ``StreamingSession.reset()``, done at every restart and window switch.
 
 Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
 whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
@@ -45,10 +61,10 @@ from .map_recorder import open_recorder
 from .map_resume import load_resumed
 from .points import to_numpy
 from .robot import RobotFrames, StreamFrames
-from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
+from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
-from .stamps import ACCEPT, DROP, StampPolicy
+from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
 
@@ -608,13 +624,13 @@ class Mapper:
         self._continuation_due = 0.0
         self._counts["restarts"] += 1
         self._restart_reason = reason
-        self._set_state(RESET, f"reset: {reason}")
+        self._set_state(RESTARTED, f"restarted: {reason}")
         if not lost:
             kept = "map continues from the last pose" if keep_map else "map cleared"
             outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
 
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
-        text = (f"model failed on the frame stamped {frame.stamp_ns / 1e9:.3f}: "
+        text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
         lost = {p.index for p in self._stream.run.awaiting if not p.rerun}
         if self._last_placed != index:
@@ -685,5 +701,4 @@ class Mapper:
             cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
             trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
             **self._scale_fields(), map_database=self.recorder.text, map_database_error=self.recorder.failure,
-            last_stamp_ns=None if last is None else last.stamp_ns,
-            last_source=None if last is None else last.source)
+            last_stamp_ns=None if last is None else last.stamp_ns)

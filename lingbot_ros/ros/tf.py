@@ -26,7 +26,8 @@ import numpy as np
 
 from lingbot_ros.mapping.frames import rigid_inverse
 from lingbot_ros.ros.tf_conflicts import TfConflict, TfConflictWatch
-from lingbot_ros.ros.tf_messages import (TF_QOS, TF_TOPIC, TfUnavailable, stamp_ns, tf_message_type,
+from lingbot_ros.ros.messages import stamp_ns
+from lingbot_ros.ros.tf_messages import (TF_QOS, TF_TOPIC, TfUnavailable, tf_message_type,
                                          transform_stamped)
 
 TF_MODES = ("none", "map_to_odom", "map_to_base", "map_to_camera")

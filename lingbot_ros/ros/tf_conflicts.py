@@ -38,7 +38,8 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.serialization import deserialize_message
 
 from lingbot_ros.ros.tap import Tap
-from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, TF_TOPIC, stamp_ns, tf_message_type
+from lingbot_ros.ros.messages import stamp_ns
+from lingbot_ros.ros.tf_messages import TF_STATIC_QOS, TF_STATIC_TOPIC, TF_TOPIC, tf_message_type
 
 # Best effort matches every /tf publisher, reliable or not; a dropped sample costs nothing here,
 # the next one of the same publisher is checked the same way. The history holds what arrives

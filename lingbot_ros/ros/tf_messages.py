@@ -40,11 +40,6 @@ def tf_message_type():
     return TFMessage
 
 
-def stamp_ns(stamp) -> int:
-    """builtin_interfaces/Time -> integer nanoseconds."""
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
-
-
 def transform_stamped(pose: np.ndarray, stamp, parent: str, child: str) -> TransformStamped:
     """``pose`` = T_parent_child [4, 4] -> a TransformStamped parent -> child at ``stamp``."""
     msg = TransformStamped()
