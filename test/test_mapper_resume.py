@@ -234,6 +234,56 @@ def test_an_odometry_run_resumes_with_each_stream_at_its_own_scale(make_mapper, 
     resumed.close()
 
 
+ODOMETRY = {"scale_source": "odometry", "scale_min_pairs": 2, "scale_min_motion_m": 0.1, "scale_max_spread": 10.0}
+
+
+def odometry_pose(stamp_ns: int) -> np.ndarray:
+    """The robot drives straight ahead at 1.5 m/s (odometry at the frame stamps and between)."""
+    pose = np.eye(4)
+    pose[0, 3] = 1.5 * stamp_ns / 1e9
+    return pose
+
+
+def fed(mapper: Mapper, item) -> None:
+    for offset in (-50_000_000, 0):
+        mapper.add_odometry(item.stamp_ns + offset, odometry_pose(item.stamp_ns + offset))
+    mapper.process(item)
+
+
+@pytest.mark.parametrize("stop", [7, 13])
+def test_an_odometry_run_resumed_after_a_clean_end_goes_on_in_its_stream_at_its_scale(make_mapper, tmp_path, stop):
+    """With scale_source odometry the stored stream goes on too: its scale estimate's pairs, the
+    applied scale and the odometry the re-run frames read are part of the continuation."""
+    inputs = stream()
+    whole = make_mapper("whole.db", **ODOMETRY)
+    for item in inputs[:stop]:
+        fed(whole, item)
+    whole.new_window()
+    for item in inputs[stop:]:
+        fed(whole, item)
+    whole.finish()
+    estimate = (whole.snapshot.scale, whole.snapshot.scale_spread, whole.snapshot.scale_text)
+    whole.save(tmp_path / "whole")
+    whole.close()
+
+    first = make_mapper("parts.db", **ODOMETRY)
+    for item in inputs[:stop]:
+        fed(first, item)
+    assert first.snapshot.scale_known, first.snapshot.scale_text   # the continuation carries a known scale
+    first.close()
+    resumed = make_mapper("parts.db", resume=True, **ODOMETRY)
+    assert resumed.snapshot.state_text.startswith(f"resumed run 1 (clean) at frame {stop}: window ")
+    assert_database_is_the_mapper(resumed)
+    for item in inputs[stop:]:
+        fed(resumed, item)
+    assert resumed.snapshot.restarts == 0
+    resumed.finish()
+    assert (resumed.snapshot.scale, resumed.snapshot.scale_spread, resumed.snapshot.scale_text) == estimate
+    resumed.save(tmp_path / "resumed")
+    resumed.close()
+    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+
+
 def test_resume_refuses_a_run_made_with_other_settings(make_mapper):
     first = make_mapper("map.db")
     for item in stream()[:6]:

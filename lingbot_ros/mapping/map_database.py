@@ -22,8 +22,9 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
                     stream only
     continuations   (run): what a resumed run continues from (map_resume.py), stored at a clean end and
                     while mapping: the window number, the next frame index, the stream's placement in
-                    the internal frame and its window's provisional frames (index, points stored;
-                    their points are the provisional inserts); replaced whole each time
+                    the internal frame, its window's provisional frames (index, points stored;
+                    their points are the provisional inserts) and its scale state and odometry
+                    (robot.StreamFrames.stored); replaced whole each time
     overlap_frames  (run, seq): the continuation's frames, the window's newest ``ov``: the decoded image
                     as received (lossless), the window's warped result the next window aligns to (pose
                     encoding, depth, keyframe flag)

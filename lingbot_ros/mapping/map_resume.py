@@ -8,11 +8,13 @@ next window, which runs those frames again and is aligned to their stored result
 live switch (``new_window``) aligns two windows. After a clean end that is the stored run going
 on exactly; after a crash the continuation may be older than the last frames stored: the frames
 after it keep their stored poses (a provisional one's points are lost) and the new window aligns
-to the continuation's frames all the same. A run without a usable continuation (not windowed,
-crashed before the first one, or a frame of it rolled back) continues from its last pose with a
-new stream, as a restart that keeps the map does; so does a run with ``scale_source odometry``
-(each stream keeps its own scale: the stored live stream joins the finished part, converted once
-with its stored conversion).
+to the continuation's frames all the same. With ``scale_source odometry`` the
+continuation carries the stream's scale state and the odometry its frames read
+(StreamFrames.stored), so the stored stream goes on at its scale. A run without a usable
+continuation (not windowed, crashed before the first one, or a frame of it rolled back)
+continues from its last pose with a new stream, as a restart that keeps the map does (with
+``scale_source odometry`` the stored live stream then joins the finished part, converted once
+with its stored conversion, and the new one has a scale of its own).
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ class Resumed:
     placement: Placement | None
     overlap: list[tuple]            # (index, stamp_ns, rgb, StoredResult), oldest first
     provisional: dict               # the window's provisional frames: index -> (stamp_ns, points or None)
+    carried: dict                   # the stream's scale state and odometry (StreamFrames.stored)
     stale: str = ""                 # why the stored continuation cannot be used ('' if it can or there is none)
 
 
@@ -96,7 +99,7 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
         row = conn.execute("SELECT window, next_index, stream FROM continuations WHERE run = ?",
                            (info.id,)).fetchone()
         last = trajectory[-1].key if len(trajectory) else -1
-        window, placement, overlap, next_index, provisional = None, None, [], last + 1, {}
+        window, placement, overlap, next_index, provisional, carried = None, None, [], last + 1, {}, {}
         stale = "" if row is None else _stale(conn, info.id)
         if row is not None and not stale:
             # After a crash the continuation may be older than the last frames and windows stored:
@@ -106,6 +109,8 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
             next_index = max(row[1], last + 1)
             arrays = blob_arrays(row[2])
             placement = Placement(rotation=arrays["rotation"], translation=arrays["translation"])
+            carried = {name: value for name, value in arrays.items()
+                       if name not in ("rotation", "translation", "provisional")}
             stamps = dict(conn.execute("SELECT idx, stamp_ns FROM frames WHERE run = ? AND final = 0", (info.id,)))
             points = iter(provisional_points)   # the provisional inserts, one per provisional keyframe, in order
             for index, keyframe in arrays["provisional"].tolist():
@@ -120,7 +125,7 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
                 overlap.append((index, stamp_ns, blob_array(rgb), result))
         finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses)
         return Resumed(info.id, ending, trajectory, voxel_map, finished, conversion(info), records, info.mount,
-                       next_index, window, placement, overlap, provisional, stale), ""
+                       next_index, window, placement, overlap, provisional, carried, stale), ""
     finally:
         conn.close()
 

@@ -298,10 +298,10 @@ class MapWriter:
                 return
             for xyz, rgb in points:
                 self._insert_points(array_blob(xyz), array_blob(rgb), provisional=True)
-            window, next_index, placement, overlap, provisional = continuation
+            window, next_index, placement, overlap, provisional, carried = continuation
             conn.execute("INSERT INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
                 {"rotation": placement.rotation, "translation": placement.translation,
-                 "provisional": np.array(provisional, np.int64).reshape(-1, 2)})))
+                 "provisional": np.array(provisional, np.int64).reshape(-1, 2), **carried})))
             for seq, (index, stamp_ns, rgb, pose_enc, depth, keyframe) in enumerate(overlap):
                 conn.execute("INSERT INTO overlap_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
                     run, seq, index, stamp_ns, array_blob(rgb), array_blob(pose_enc), array_blob(depth), int(keyframe)))

@@ -131,13 +131,31 @@ class Mapper:
 
     def _continue(self, resumed) -> str:
         """The stored run's map and trajectory are this Mapper's; its first frame continues them:
-        the next window aligned to the stored window's last frames (as ``new_window`` does live),
-        or, without them, a new stream from the last pose in the same internal frame."""
+        the next window aligned to the stored window's last frames (as ``new_window`` does live)
+        in the stored stream, at its scale; or, without them, a new stream from the last pose."""
         self._frames_in = resumed.next_index
-        state = self._stream
-        windows = state.windows
         where = f"resumed run {resumed.run} ({resumed.ending}) at frame {resumed.next_index}"
-        if not self.robot.constant_scale:   # each stream at its own scale: the stored one has ended
+        constant = self.robot.constant_scale
+        if (self._stream.windows is not None and resumed.placement is not None and resumed.overlap
+                and (constant or "odometry_stamps_ns" in resumed.carried)):
+            frames = self._stream.frames
+            if not constant:   # the stored stream's scale estimate and the odometry it reads go on
+                frames = self.robot.resumed_stream(resumed.conversion, resumed.carried)
+                for stamp_ns, pose in zip(resumed.carried["odometry_stamps_ns"].tolist(),
+                                          resumed.carried["odometry_poses"]):
+                    self.robot.odometry.add(stamp_ns, pose)
+            self._stream = state = self._new_stream(resumed.placement, frames)
+            windows = state.windows
+            windows.records = list(resumed.records)
+            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
+                      for index, stamp_ns, rgb, _ in resumed.overlap]
+            windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
+            first, last = inputs[0].index, inputs[-1].index
+            self.recorder.continuation(self._continuation(with_points=False))   # a crash now resumes the same
+            self._resume_note = (windows, resumed.window + 1, where)
+            return f"{where}: window {resumed.window + 1} aligns to its stored frames {first}-{last}"
+        why = resumed.stale or "no overlap frames stored"
+        if not constant:   # the stored stream ends: the next one has a scale of its own
             newest = self._store.newest_poses(1, resumed.conversion)
             if newest:
                 entry, conversion = newest[0]
@@ -148,22 +166,12 @@ class Mapper:
             if self._last_map_pose is None:
                 return f"{where}: it holds no frame, a new map starts"
             self._stream = self._new_stream(*self.robot.continuing_stream(self._last_map_pose))
-            return f"{where}: a new stream at its own scale continues from the last pose"
-        if windows is not None and resumed.placement is not None and resumed.overlap:
-            state.placement = resumed.placement
-            windows.records = list(resumed.records)
-            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
-                      for index, stamp_ns, rgb, _ in resumed.overlap]
-            windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
-            first, last = inputs[0].index, inputs[-1].index
-            self.recorder.continuation(self._continuation(with_points=False))   # a crash now resumes the same
-            self._resume_note = (windows, resumed.window + 1, where)
-            return f"{where}: window {resumed.window + 1} aligns to its stored frames {first}-{last}"
-        newest = self._store.newest_poses(1, state.frames.conversion)
+            return f"{where}: {why}, a new stream at its own scale continues from the last pose"
+        newest = self._store.newest_poses(1, self._stream.frames.conversion)
         if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
             self._records = list(resumed.records)
-            self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].c2w))
-            why = resumed.stale or "no overlap frames stored"
+            self._stream = self._new_stream(*self.robot.continuing_in(self._stream.frames.conversion,
+                                                                      newest[0][0].c2w))
             return f"{where}: {why}, a new stream continues from the last pose"
         return f"{where}: it holds no frame, a new map starts"
 
@@ -370,7 +378,8 @@ class Mapper:
     def _continuation(self, with_points: bool) -> tuple:
         """What a resumed run needs to start the next window: (window number, next frame index,
         placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
-        its provisional frames as (index, points stored) in the order of their points). Without
+        its provisional frames as (index, points stored) in the order of their points, the
+        stream's scale state and odometry as arrays: StreamFrames.stored). Without
         points (a continuation stored while mapping) no provisional frame has stored points: the
         resumed window runs them again anyway, as they are among its last ov frames."""
         state = self._stream
@@ -383,7 +392,12 @@ class Mapper:
         provisional = [] if windows is None else (
             [(index, with_points and points is not None) for index, (_, points) in windows.resumed.items()]
             + [(o.index, with_points and o.is_keyframe) for o in windows.provisional()])
-        return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional)
+        # The stream's scale state, and the odometry its frames' next keyframe look-ups read.
+        carried = state.frames.stored()
+        if overlap and not self.robot.constant_scale:
+            carried["odometry_stamps_ns"], carried["odometry_poses"] = self.robot.odometry.samples_since(overlap[0][1])
+        return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional,
+                carried)
 
     def _store_continuation(self) -> None:
         """While mapping, at most every map_database_continuation_s: the continuation a resume

@@ -104,6 +104,14 @@ class OdometryBuffer:
         with self._lock:
             return self._stamps[-1] if self._stamps else None
 
+    def samples_since(self, stamp_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """The samples a look-up at ``stamp_ns`` or later may read (one gap's worth before it):
+        stamps int64 [N] and poses float64 [N, 4, 4] (a resumed run's buffer starts with them)."""
+        with self._lock:
+            first = bisect.bisect_left(self._stamps, stamp_ns - self._max_gap_ns)
+            stamps, poses = self._stamps[first:], self._poses[first:]
+        return np.array(stamps, np.int64), np.array(poses, np.float64).reshape(-1, 4, 4)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._stamps)
