@@ -9,8 +9,8 @@ pytest.importorskip("rclpy")
 from geometry_msgs.msg import Transform  # noqa: E402
 
 from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
-from lingbot_ros.ros.tf_messages import transform_matrix, transform_stamped  # noqa: E402
-from lingbot_ros.ros.tf_static import StaticTree  # noqa: E402
+from lingbot_ros.ros.messages import transform_matrix, transform_stamped  # noqa: E402
+from lingbot_ros.ros.tf_lookup import StaticTree  # noqa: E402
 
 H = math.sqrt(0.5)
 RZ90 = [[0, -1, 0], [1, 0, 0], [0, 0, 1]]

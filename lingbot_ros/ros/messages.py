@@ -1,15 +1,25 @@
-"""Builders for the node's output messages. Every builder takes the input image's stamp."""
+"""Message conversions: the node's output messages (each built with its input image's stamp), TF's
+transforms and the TFMessage type, stamps.
+
+Transforms are 4x4 float64 matrices named ``T_parent_child`` in prose: the pose of ``child`` in
+``parent``, which maps points from ``child`` coordinates into ``parent`` coordinates (what a
+TransformStamped with header.frame_id = parent, child_frame_id = child carries, and what tf2's
+``lookup_transform(target_frame=parent, source_frame=child)`` returns).
+"""
 from __future__ import annotations
 
 import struct
 
 import numpy as np
-from geometry_msgs.msg import Pose, PoseStamped
+from geometry_msgs.msg import Pose, PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from lingbot_ros.mapping import rotation_to_quaternion
+from lingbot_ros.mapping import quaternion_to_rotation, rotation_to_quaternion
+
+TF_TOPIC = "/tf"
+TF_STATIC_TOPIC = "/tf_static"
 
 # Odometry covariance convention (diagonal of pose.covariance, row-major 6x6: x y z rx ry rz).
 # The model reports no calibrated uncertainty, so the value only tells consumers how far to trust
@@ -114,3 +124,42 @@ def header_stamp_ns(serialized: bytes) -> int | None:
         return None
     sec, nanosec = struct.unpack_from("<iI" if serialized[1] == 1 else ">iI", serialized, 4)
     return sec * 1_000_000_000 + nanosec
+
+
+def stamp_ns(stamp) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds."""
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class TfUnavailable(RuntimeError):
+    """TF cannot work in this install (tf2_msgs, or tf2_ros where it is required, is missing)."""
+
+
+def tf_message_type():
+    """tf2_msgs/msg/TFMessage; raises TfUnavailable saying how to get it."""
+    try:
+        from tf2_msgs.msg import TFMessage
+    except ImportError as error:
+        raise TfUnavailable(
+            "tf2_msgs is not importable (it is not on PyPI): source a ROS distro, or run "
+            "scripts/setup.sh, which generates it into the venv (scripts/build_interfaces.sh)") from error
+    return TFMessage
+
+
+def transform_stamped(pose: np.ndarray, stamp, parent: str, child: str) -> TransformStamped:
+    """``pose`` = T_parent_child [4, 4] -> a TransformStamped parent -> child at ``stamp``."""
+    msg = TransformStamped()
+    msg.header.stamp, msg.header.frame_id, msg.child_frame_id = stamp, parent, child
+    translation, rotation = msg.transform.translation, msg.transform.rotation
+    translation.x, translation.y, translation.z = (float(v) for v in pose[:3, 3])
+    rotation.x, rotation.y, rotation.z, rotation.w = (float(v) for v in rotation_to_quaternion(pose[:3, :3]))
+    return msg
+
+
+def transform_matrix(transform) -> np.ndarray:
+    """geometry_msgs/Transform -> [4, 4] float64 (the rotation re-normalised by the conversion)."""
+    t, q = transform.translation, transform.rotation
+    pose = np.eye(4)
+    pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
+    pose[:3, 3] = [t.x, t.y, t.z]
+    return pose

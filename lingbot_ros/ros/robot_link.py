@@ -5,7 +5,7 @@
     odometry   T_odom_base from ~/odometry_in (nav_msgs/Odometry, remappable) or, with
                odometry_source tf (tf2_ros only), from TF at each image stamp; fed to the
                Mapper's buffer (metric scale) and to the map -> odom transform
-    TF         one edge per pose (ros/tf.py)
+    TF         one edge per pose (ros/tf_output.py)
 """
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
 from lingbot_ros.ros.input_checks import MAX_MOUNT_M, MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
-from lingbot_ros.ros.messages import header_stamp_ns
+from lingbot_ros.ros.messages import TfUnavailable, header_stamp_ns
 from lingbot_ros.ros.tap import Tap
-from lingbot_ros.ros.tf import make_tf_output
 from lingbot_ros.ros.tf_lookup import TfLookup
-from lingbot_ros.ros.tf_messages import TfUnavailable
+from lingbot_ros.ros.tf_output import make_tf_output
 
 # Best effort matches every odometry publisher, reliable or not (a reliable reader misses a
 # best-effort driver's messages entirely); a lost sample is interpolated over. The history holds
