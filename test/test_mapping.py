@@ -263,7 +263,7 @@ def test_trajectory_bounded_length():
         trajectory.append(float(i), np.eye(4)[:3])
     assert len(trajectory) == 3
     np.testing.assert_array_equal(trajectory.stamps_s(), [2, 3, 4])
-    assert trajectory.c2w().shape == (3, 4, 4)
+    assert trajectory.poses().shape == (3, 4, 4)
 
 
 def test_tum_round_trip(tmp_path):
@@ -279,7 +279,7 @@ def test_tum_round_trip(tmp_path):
     assert [line.split()[0] for line in lines[:2]] == ["1700000000.000000", "1700000000.100000"]
     back = read_tum(path)
     np.testing.assert_allclose(back.stamps_s(), trajectory.stamps_s(), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(back.c2w(), trajectory.c2w(), atol=1e-7)
+    np.testing.assert_allclose(back.poses(), trajectory.poses(), atol=1e-7)
 
 
 def test_ply_header_and_round_trip(tmp_path):

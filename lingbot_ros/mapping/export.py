@@ -131,11 +131,11 @@ def tum_bytes(trajectory: Trajectory) -> bytes:
     nanosecond digits would print rounding noise (1700000000.099999905 for .1 s).
     """
     lines = []
-    for stamp_s, c2w, _ in trajectory:
-        if not np.isfinite(c2w).all():
+    for stamp_s, pose, _ in trajectory:
+        if not np.isfinite(pose).all():
             raise ValueError(f"non-finite pose at {stamp_s:.6f}: trajectory not written")
-        qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
-        tx, ty, tz = c2w[:3, 3]
+        qx, qy, qz, qw = rotation_to_quaternion(pose[:3, :3])
+        tx, ty, tz = pose[:3, 3]
         lines.append(f"{stamp_s:.6f} {tx:.9g} {ty:.9g} {tz:.9g} "
                      f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
     return "".join(lines).encode("ascii")
@@ -152,10 +152,10 @@ def read_tum(path: str | Path) -> Trajectory:
             raise ValueError(f"{path}:{line_number}: expected 8 fields "
                              f"'timestamp tx ty tz qx qy qz qw', got {len(fields)}")
         stamp_s, tx, ty, tz, qx, qy, qz, qw = map(float, fields)
-        c2w = np.eye(4)
-        c2w[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
-        c2w[:3, 3] = (tx, ty, tz)
-        trajectory.append(stamp_s, c2w)
+        pose = np.eye(4)
+        pose[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
+        pose[:3, 3] = (tx, ty, tz)
+        trajectory.append(stamp_s, pose)
     return trajectory
 
 
@@ -190,7 +190,7 @@ def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, tra
     directory.mkdir(parents=True, exist_ok=True)
     ply, tum = directory / "map.ply", directory / "trajectory.tum"
     files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory),
-             directory / "preview.png": preview_png(xyz, trajectory.c2w()[:, :3, 3], units=units)}
+             directory / "preview.png": preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
     if windows is not None:
         files[directory / "windows.csv"] = windows_bytes(windows)
     write_files(files)

@@ -77,7 +77,7 @@ class MapRecorder:
         entries = list(finished_poses)
         poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
                  "stamps_s": np.array([e.stamp_s for e in entries], np.float64).reshape(-1),
-                 "poses": np.array([e.c2w for e in entries], np.float64).reshape(-1, 4, 4)}
+                 "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)}
         self.writer.put((FINISHED, state, poses))
 
     def sync(self, records, conversion, mount) -> None:

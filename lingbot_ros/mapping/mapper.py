@@ -123,8 +123,8 @@ class Mapper:
             newest = self._store.newest_poses(1, resumed.conversion)
             if newest:
                 entry, conversion = newest[0]
-                self._last_map_pose = (conversion.camera_pose(entry.c2w) if conversion is not None
-                                       else entry.c2w @ self.robot.mount)
+                self._last_map_pose = (conversion.camera_pose(entry.pose) if conversion is not None
+                                       else entry.pose @ self.robot.mount)
             self._store.end_stream(resumed.conversion)
             self._records = list(resumed.records)
             if self._last_map_pose is None:
@@ -141,7 +141,7 @@ class Mapper:
         newest = self._store.newest_poses(1, state.frames.conversion)
         if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
             self._records = list(resumed.records)
-            self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].c2w))
+            self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].pose))
             return f"{where}: no overlap frames stored, a new stream continues from the last pose"
         return f"{where}: it holds no frame, a new map starts"
 
@@ -364,7 +364,7 @@ class Mapper:
 
     def path_poses(self, count: int | None = None) -> list[tuple[StampedPose, object]]:
         """The newest ``count`` poses (None: all), oldest first, as (entry, conversion) with
-        T_M_base = conversion.base_pose(entry.c2w), or entry.c2w itself where conversion is None.
+        T_M_base = conversion.base_pose(entry.pose), or entry.pose itself where conversion is None.
         Both are immutable, so a caller may cache what it built from them by identity."""
         store = self._store
         return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
@@ -562,7 +562,7 @@ class Mapper:
         conversion = state.frames.conversion
         if keep_map:
             newest = self._store.newest_poses(1, conversion)
-            last = newest[0][0].c2w if newest and newest[0][1] is conversion else None   # T_I_camera
+            last = newest[0][0].pose if newest and newest[0][1] is conversion else None   # T_I_camera
             if state.windows is not None:
                 self._records += state.windows.records
             if self.robot.constant_scale:      # one internal frame and conversion for every stream

@@ -149,6 +149,6 @@ class PathCache:
         cached = self._messages.get(entry.key)
         if cached is None or cached[0] is not entry or cached[1] is not conversion:
             source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
-            pose = entry.c2w if conversion is None else conversion.base_pose(entry.c2w)
+            pose = entry.pose if conversion is None else conversion.base_pose(entry.pose)
             cached = (entry, conversion, messages.pose_stamped(pose, source, self.frame_id))
         return cached
