@@ -21,9 +21,10 @@ from rclpy.context import Context  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
 from conftest import wait_until  # noqa: E402
-from test_ros_tf_tree import BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, rigid  # noqa: E402
+from test_ros_tf_tree import (BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, rigid,  # noqa: E402
+                              transform_matrix)
 
-from lingbot_ros.ros.messages import transform_matrix, transform_stamped  # noqa: E402
+from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
 from lingbot_ros.ros.tf_lookup import TfLookup  # noqa: E402
 from lingbot_ros.ros.tf_output import TfConflictWatch, TfOutput  # noqa: E402

@@ -159,11 +159,6 @@ def read_tum(path: str | Path) -> Trajectory:
     return trajectory
 
 
-def write_windows(path: str | Path, records) -> None:
-    """``windows_bytes`` written safely to ``path``."""
-    write_files({Path(path): windows_bytes(records)})
-
-
 def windows_bytes(records) -> bytes:
     """One row per window of a windowed run: its number in its stream, the Mapper index of its
     first frame, the alignment's scale, its rotation and translation into window 0's model frame

@@ -14,7 +14,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    add_odometry(stamp_ns, pose), odometry_at(stamp_ns)   (any thread)
+    add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
 whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
@@ -383,9 +383,15 @@ class Mapper:
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
 
-    def add_odometry(self, stamp_ns: int, pose: np.ndarray) -> bool:
-        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old)."""
-        return self.robot.odometry.add(stamp_ns, pose)
+    def add_odometry(self, stamp_ns: int, pose: np.ndarray, went_back_ok: bool = False) -> bool:
+        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old, or
+        held). ``went_back_ok``: an old stamp means the stream went back (OdometryBuffer.add)."""
+        return self.robot.odometry.add(stamp_ns, pose, went_back_ok)
+
+    @property
+    def odometry_max_age_s(self) -> float:
+        """How far behind the newest odometry a sample may be stamped and still be kept."""
+        return self.robot.odometry.max_age_s
 
     def odometry_at(self, stamp_ns: int) -> np.ndarray | None:
         """T_odom_base interpolated at ``stamp_ns`` (any thread), None where not known."""

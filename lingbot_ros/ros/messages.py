@@ -16,7 +16,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from lingbot_ros.mapping import quaternion_to_rotation, rotation_to_quaternion
+from lingbot_ros.mapping import rotation_to_quaternion
 
 TF_TOPIC = "/tf"
 TF_STATIC_TOPIC = "/tf_static"
@@ -94,14 +94,6 @@ def point_cloud(points_xyz: np.ndarray, colors_rgb: np.ndarray, stamp, frame_id:
                        is_dense=True)
 
 
-def unpack_points(msg: PointCloud2) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of point_cloud (for tests and tools): ``[N, 3]`` float32 xyz, ``[N, 3]`` uint8 RGB."""
-    packed = np.frombuffer(msg.data, POINT_DTYPE, count=msg.width * msg.height)
-    xyz = np.stack([packed["x"], packed["y"], packed["z"]], axis=1)
-    rgb = np.stack([(packed["rgb"] >> s) & 0xFF for s in (16, 8, 0)], axis=1).astype(np.uint8)
-    return xyz, rgb
-
-
 def camera_info(intrinsic_3x3: np.ndarray, width: int, height: int, stamp, frame_id: str) -> CameraInfo:
     """Pinhole CameraInfo without distortion (the model's intrinsics at its output resolution)."""
     k = np.asarray(intrinsic_3x3, dtype=np.float64)
@@ -154,12 +146,3 @@ def transform_stamped(pose: np.ndarray, stamp, parent: str, child: str) -> Trans
     translation.x, translation.y, translation.z = (float(v) for v in pose[:3, 3])
     rotation.x, rotation.y, rotation.z, rotation.w = (float(v) for v in rotation_to_quaternion(pose[:3, :3]))
     return msg
-
-
-def transform_matrix(transform) -> np.ndarray:
-    """geometry_msgs/Transform -> [4, 4] float64 (the rotation re-normalised by the conversion)."""
-    t, q = transform.translation, transform.rotation
-    pose = np.eye(4)
-    pose[:3, :3] = quaternion_to_rotation(np.array([q.x, q.y, q.z, q.w]))
-    pose[:3, 3] = [t.x, t.y, t.z]
-    return pose

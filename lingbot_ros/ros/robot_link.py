@@ -88,7 +88,7 @@ class RobotLink:
         self.counters.add("odometry_received")
         try:
             stamp_ns, pose = check_odometry(msg, self.cfg.odom_frame, self.cfg.base_frame, self.clock,
-                                            self.cfg.max_input_ahead_s, self.mapper.robot.odometry.max_age_s)
+                                            self.cfg.max_input_ahead_s, self.mapper.odometry_max_age_s)
         except Refused as error:
             text = f"{self.odometry_topic}: {error}"
             self.counters.refused("odometry_rejected", text)
@@ -102,11 +102,7 @@ class RobotLink:
         the buffer keeps, yet near the image clock (the boundary checked it), means the stream
         went back (a looped bag, a clock reset): the previous loop's samples go. A stream restart
         alone clears nothing: the frames still queued keep their odometry."""
-        buffer = self.mapper.robot.odometry
-        newest = buffer.latest_stamp_ns
-        if newest is not None and stamp_ns < newest - buffer.max_age_s * 1e9 and self.clock.has_image:
-            buffer.clear()
-        buffer.add(stamp_ns, pose)
+        self.mapper.add_odometry(stamp_ns, pose, went_back_ok=self.clock.has_image)
 
     def before_frame(self, frame) -> None:
         """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from

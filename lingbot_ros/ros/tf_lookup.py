@@ -56,10 +56,6 @@ class StaticTree:
     def set(self, parent: str, child: str, parent_child: np.ndarray) -> None:
         self._edges[child] = (parent, np.array(parent_child, dtype=np.float64))
 
-    def parent_of(self, child: str) -> str | None:
-        edge = self._edges.get(child)
-        return None if edge is None else edge[0]
-
     def frames(self) -> list[str]:
         """Every frame that appears in a transform, sorted."""
         return sorted(set(self._edges) | {parent for parent, _ in self._edges.values()})
