@@ -7,7 +7,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
 
     process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers)
     finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final
-    reset(reason)                     restart the stream and clear the map
+    reset(reason)                     the operator's reset: restart the stream, clear the map
     rollback_last_frame() -> str      undo the newest frame (pose, points, cache); a refusal
                                       (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
@@ -15,6 +15,22 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
+
+Vocabulary (code, notices, status and diagnostics use it alike):
+
+    restart        a stream ends and the next begins: the session, the stamp rule's reference,
+                   the scale estimate and the window bookkeeping start anew (``_end_stream``, the
+                   one path). It keeps the map (an image size change, a model failure, the reset
+                   policy's cache cap: the next stream continues from the last pose) or clears it
+                   (a stamp gap or jump back, a reset). Counted in ``snapshot.restarts``
+                   (MapStatus ``restarts``, diagnostics ``stream_restarts``); the state is
+                   RESTARTED until the new stream's first pose, its text "restarted: <reason>".
+    reset          the operator's verb (``reset``, the node's ~/reset): a restart that clears
+                   the map. (The ``reset`` long-run policy is named for the session it resets at a
+                   cap; its restarts keep the map.)
+    window switch  the windowed policy's next window: the same stream, a new session run
+                   (stream_state.py); not a restart, never announced as one.
+    session reset  ``StreamingSession.reset()``, done at every restart and window switch.
 
 Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
 whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
@@ -45,10 +61,10 @@ from .map_recorder import open_recorder
 from .map_resume import load_resumed
 from .points import to_numpy
 from .robot import RobotFrames, StreamFrames
-from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
+from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
-from .stamps import ACCEPT, DROP, StampPolicy
+from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
 
@@ -103,13 +119,15 @@ class Mapper:
         self._model_ms = 0.0
         self._warned_trajectory_bound = False
         self._restart_reason = ""
+        self._continuation_due = 0.0     # monotonic time of the next continuation stored while mapping
+        self._resume_note = None         # (windows, number, text): the resumed window's status says so
         self._stream = self._new_stream(*self.robot.first_stream())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
         if resumed is not None:
             resume_text = self._continue(resumed)
         if resume_text:
             self._set_state(WAITING, f"{resume_text}; waiting for images")
-            self._publish_snapshot()
+        self._publish_snapshot()   # the database's run holds the conversion (a fixed scale) from the start
 
     def _continue(self, resumed) -> str:
         """The stored run's map and trajectory are this Mapper's; its first frame continues them:
@@ -137,12 +155,16 @@ class Mapper:
             inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
                       for index, stamp_ns, rgb, _ in resumed.overlap]
             windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
-            return f"{where}: window {resumed.window + 1} aligns to its last {len(inputs)} frames"
+            first, last = inputs[0].index, inputs[-1].index
+            self.recorder.continuation(self._continuation(with_points=False))   # a crash now resumes the same
+            self._resume_note = (windows, resumed.window + 1, where)
+            return f"{where}: window {resumed.window + 1} aligns to its stored frames {first}-{last}"
         newest = self._store.newest_poses(1, state.frames.conversion)
         if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
             self._records = list(resumed.records)
             self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].pose))
-            return f"{where}: no overlap frames stored, a new stream continues from the last pose"
+            why = resumed.stale or "no overlap frames stored"
+            return f"{where}: {why}, a new stream continues from the last pose"
         return f"{where}: it holds no frame, a new map starts"
 
     # -- per-stream state ------------------------------------------------------------------------
@@ -218,6 +240,8 @@ class Mapper:
         reason = self.long_run.restart_reason(self.session.stats())
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
+        else:
+            self._store_continuation()
         return self._done(outcome)
 
     def finish(self) -> StepOutcome:
@@ -265,6 +289,7 @@ class Mapper:
         index = run.stored.pop()
         self._store.remove_pose(index)
         self.recorder.removed(index)
+        self._continuation_due = 0.0   # the stored one may hold this frame: store the next one soon
         provisional = windows.forget_newest(had_result=True) if windows is not None else None
         self._counts["rolled_back"] += 1
         if provisional is not None:
@@ -304,10 +329,10 @@ class Mapper:
         stop the map builder's thread (the owner is done with this Mapper)."""
         try:
             self._store.merge()
-            provisional, continuation = self._provisional_points(), self._continuation()
+            self.recorder.continuation(self._continuation(with_points=True), self._provisional_points())
         except Exception:   # a map insert's or a device's error: it was reported where it happened
-            provisional, continuation = [], None
-        self.recorder.close(provisional, continuation)
+            pass
+        self.recorder.close()
         self._store.close()
 
     def apply_live(self, settings: MapperSettings) -> None:
@@ -342,10 +367,12 @@ class Mapper:
         return stored + [o.internal_points(s.min_confidence, s.map_points_stride)
                          for o in windows.provisional() if o.is_keyframe]
 
-    def _continuation(self) -> tuple:
+    def _continuation(self, with_points: bool) -> tuple:
         """What a resumed run needs to start the next window: (window number, next frame index,
         placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
-        its provisional frames as (index, keyframe) in the order of their points)."""
+        its provisional frames as (index, points stored) in the order of their points). Without
+        points (a continuation stored while mapping) no provisional frame has stored points: the
+        resumed window runs them again anyway, as they are among its last ov frames."""
         state = self._stream
         windows, overlap = state.windows, []
         if windows is not None and not windows.switch_refusal():
@@ -354,9 +381,20 @@ class Mapper:
                 overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
                                 to_numpy(result.depth), bool(result.is_keyframe)))
         provisional = [] if windows is None else (
-            [(index, points is not None) for index, (_, points) in windows.resumed.items()]
-            + [(o.index, o.is_keyframe) for o in windows.provisional()])
+            [(index, with_points and points is not None) for index, (_, points) in windows.resumed.items()]
+            + [(o.index, with_points and o.is_keyframe) for o in windows.provisional()])
         return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional)
+
+    def _store_continuation(self) -> None:
+        """While mapping, at most every map_database_continuation_s: the continuation a resume
+        after a crash aligns to (its bytes: README, The map database)."""
+        period, windows = self.settings.map_database_continuation_s, self._stream.windows
+        if not period or windows is None or not self.recorder.active or windows.switch_refusal():
+            return
+        now = time.monotonic()
+        if now >= self._continuation_due:
+            self._continuation_due = now + period
+            self.recorder.continuation(self._continuation(with_points=False))
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""
@@ -468,7 +506,7 @@ class Mapper:
         if results:
             state.run.has_results = True
             self._restart_reason = ""
-            self._set_state(TRACKING, "tracking")
+            self._set_state(TRACKING, self._tracking_text())
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
         state = self._stream
@@ -588,15 +626,17 @@ class Mapper:
         # The odometry buffer stays: the frames still queued need theirs (the front end clears it
         # when odometry stamps go back, as a looped bag's do).
         self._stream = self._new_stream(placement, frames)
+        self.recorder.continuation(None)   # of the ended stream; the new one stores its own soon
+        self._continuation_due = 0.0
         self._counts["restarts"] += 1
         self._restart_reason = reason
-        self._set_state(RESET, f"reset: {reason}")
+        self._set_state(RESTARTED, f"restarted: {reason}")
         if not lost:
             kept = "map continues from the last pose" if keep_map else "map cleared"
             outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
 
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
-        text = (f"model failed on the frame stamped {frame.stamp_ns / 1e9:.3f}: "
+        text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
         lost = {p.index for p in self._stream.run.awaiting if not p.rerun}
         if self._last_placed != index:
@@ -616,6 +656,14 @@ class Mapper:
     def _done(self, outcome: StepOutcome) -> StepOutcome:
         self._publish_snapshot()
         return outcome
+
+    def _tracking_text(self) -> str:
+        """'tracking', and while the window a resume started runs, that resume and how well its
+        stored frames ran again (the overlap error: README, The map database)."""
+        note, windows = self._resume_note, self._stream.windows
+        if note is None or note[0] is not windows or windows.number != note[1] or windows.similarity is None:
+            return "tracking"
+        return f"tracking; {note[2]}, window {note[1]} aligned with overlap error {windows.last_overlap_error:.3g}"
 
     def _init_text(self) -> str:
         text = f"initialising {len(self._stream.run.awaiting)}/{self.settings.num_scale_frames}"
@@ -659,5 +707,4 @@ class Mapper:
             cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
             trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
             **self._scale_fields(), map_database=self.recorder.text, map_database_error=self.recorder.failure,
-            last_stamp_ns=None if last is None else last.stamp_ns,
-            last_source=None if last is None else last.source)
+            last_stamp_ns=None if last is None else last.stamp_ns)

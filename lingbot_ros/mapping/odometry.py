@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 
+from .stamps import ns_from_seconds
 from .trajectory import quaternion_to_rotation, rotation_to_quaternion
 
 # Quaternions closer than this (cosine of half the angle between them) are blended linearly:
@@ -49,9 +50,9 @@ class OdometryBuffer:
             raise ValueError(f"max_samples must be >= 2 (interpolation needs two), got {max_samples}")
         self.max_samples = int(max_samples)
         self.max_age_s = float(max_age_s)
-        self._max_age_ns = int(max_age_s * 1e9)
-        self._max_extrapolation_ns = int(max_extrapolation_s * 1e9)
-        self._max_gap_ns = int(max_gap_s * 1e9)
+        self._max_age_ns = ns_from_seconds(max_age_s)
+        self._max_extrapolation_ns = ns_from_seconds(max_extrapolation_s)
+        self._max_gap_ns = ns_from_seconds(max_gap_s)
         self._lock = threading.Lock()
         self._stamps: list[int] = []          # sorted, unique
         self._poses: list[np.ndarray] = []    # [4, 4] each, never mutated once stored

@@ -197,6 +197,10 @@ class MapperSettings:
                                 "run per configure ($ROS_HOME: ROS_HOME, else ~/.ros); empty = off")
     map_database_commit_s: float = setting(1.0, "map database: the writer commits at least this often (a crash "
                                                 "loses at most this much of the run)", above=0)
+    map_database_continuation_s: float = setting(
+        30.0, "map database: a windowed run stores what a resume continues from (the newest overlap_size "
+              "frames' images and results) at most this often, so a run resumed after a crash aligns to "
+              "them; 0 = only at a clean end (README: The map database)", minimum=0)
     map_database_max_runs: int = setting(0, "map database: runs kept, the oldest deleted when a run starts "
                                             "(0 = all)", minimum=0)
     resume: bool = setting(False, "at configure, continue the map database's last run in the same map frame: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose, PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
@@ -24,7 +25,7 @@ TF_STATIC_TOPIC = "/tf_static"
 # Odometry covariance convention (diagonal of pose.covariance, row-major 6x6: x y z rx ry rz).
 # The model reports no calibrated uncertainty, so the value only tells consumers how far to trust
 # a pose: tracking = the `odom_variance` parameter; the first poses of a stream (the scale-frame
-# batch, and the first pose after a reset) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
+# batch, and the first pose after a restart) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
 UNTRUSTED_VARIANCE = 1.0e6
 # Velocity is not estimated. nav_msgs has no "unknown" flag (sensor_msgs' covariance[0] = -1 is for
 # Imu/NavSatFix; robot_localization reads an Odometry covariance as variances), so the zero twist
@@ -41,12 +42,16 @@ def make_header(stamp, frame_id: str) -> Header:
     return Header(stamp=stamp, frame_id=frame_id)
 
 
-def stamp_from_seconds(stamp_s: float):
-    """builtin_interfaces/Time from float seconds (for poses whose exact stamp is gone)."""
-    from builtin_interfaces.msg import Time
+def stamp_ns(stamp) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds: the one conversion of a ROS stamp on its way
+    into the ROS-free layers, which hold stamps as integer nanoseconds only."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
-    sec = int(stamp_s // 1)
-    return Time(sec=sec, nanosec=min(int(round((stamp_s - sec) * 1e9)), 999_999_999))
+
+def stamp_msg(stamp_ns: int) -> Time:
+    """Integer nanoseconds -> builtin_interfaces/Time, exactly (an output carries its image's stamp)."""
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+    return Time(sec=sec, nanosec=nanosec)
 
 
 def pose_from_matrix(pose_4x4: np.ndarray) -> Pose:
@@ -116,11 +121,6 @@ def header_stamp_ns(serialized: bytes) -> int | None:
         return None
     sec, nanosec = struct.unpack_from("<iI" if serialized[1] == 1 else ">iI", serialized, 4)
     return sec * 1_000_000_000 + nanosec
-
-
-def stamp_ns(stamp) -> int:
-    """builtin_interfaces/Time -> integer nanoseconds."""
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 class TfUnavailable(RuntimeError):

@@ -16,7 +16,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
 from lingbot_ros.ros.input_checks import MAX_MOUNT_M, MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
-from lingbot_ros.ros.messages import TfUnavailable, header_stamp_ns
+from lingbot_ros.ros.messages import TfUnavailable, header_stamp_ns, stamp_msg
 from lingbot_ros.ros.tap import Tap
 from lingbot_ros.ros.tf_lookup import TfLookup
 from lingbot_ros.ros.tf_output import make_tf_output
@@ -116,7 +116,8 @@ class RobotLink:
                 self.lookup.destroy()
                 self.lookup = None
         if self.from_tf and self.lookup is not None and self.lookup.dynamic:
-            pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
+            pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, stamp_msg(frame.stamp_ns),
+                                          timeout_s=0.05)
             pose = self._checked(pose, f"TF {self.cfg.odom_frame} -> {self.cfg.base_frame}", MAX_ODOMETRY_M)
             if pose is not None:
                 self._store(frame.stamp_ns, pose)
@@ -159,7 +160,7 @@ class RobotLink:
             # would move by metres per frame and jump when the scale locks. None goes out until then.
             self.tf.hold(f"waiting for the metric scale ({scale.reason})")
             return
-        self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
+        self.tf.publish(stamp_msg(output.stamp_ns), output.base_pose, output.camera_pose,
                         self.mapper.odometry_at(output.stamp_ns))
 
     def warnings(self) -> list[str]:
