@@ -24,6 +24,19 @@ def wait_until(condition, what: str, timeout: float, details=None):
     raise AssertionError(f"timed out waiting for {what}" + (f"; {details()}" if details else ""))
 
 
+def unpack_points(msg):
+    """A PointCloud2 the node published (ros.messages.point_cloud) back to ``[N, 3]`` float32
+    xyz and ``[N, 3]`` uint8 RGB."""
+    import numpy as np
+
+    from lingbot_ros.ros.messages import POINT_DTYPE
+
+    packed = np.frombuffer(msg.data, POINT_DTYPE, count=msg.width * msg.height)
+    xyz = np.stack([packed["x"], packed["y"], packed["z"]], axis=1)
+    rgb = np.stack([(packed["rgb"] >> s) & 0xFF for s in (16, 8, 0)], axis=1).astype(np.uint8)
+    return xyz, rgb
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The read-only shared folder (../shared next to the repo, or $LINGBOT_SHARED)."""

@@ -98,7 +98,7 @@ def test_rollback_removes_the_newest_keyframe_points_and_pose(make_mapper):
     assert "its points left the map" in rolled.rollback_last_frame()
     assert stored(rolled) == 4
     # The rolled-back frame's pose leaves the trajectory (and so ~/path and the saved file).
-    np.testing.assert_array_equal(rolled.saved_trajectory().c2w(), reference.saved_trajectory().c2w())
+    np.testing.assert_array_equal(rolled.saved_trajectory().poses(), reference.saved_trajectory().poses())
     for got, want in zip(rolled.map_points(), reference.map_points()):
         np.testing.assert_array_equal(got, want)
     # Frame 4 was merged when frame 5 arrived: a second rollback cannot take its points back.
@@ -188,12 +188,12 @@ def test_bad_geometry_is_rejected_input_not_a_model_failure(make_mapper):
     mapper = make_mapper()
     for i in range(4):
         mapper.process(frame(8 * i))
-    before = mapper.saved_trajectory().c2w().copy()
+    before = mapper.saved_trajectory().poses().copy()
     for rgb in (np.zeros((1, 1, 3), np.uint8), np.zeros((10, 4000, 3), np.uint8)):
         outcome = mapper.process(InputFrame(rgb=rgb, stamp_ns=mapper.snapshot.last_stamp_ns + 1))
         assert [n.kind for n in outcome.notices] == [REJECTED], outcome.notices
     assert mapper.snapshot.rejected == 2 and mapper.snapshot.failed == 0 and mapper.snapshot.restarts == 0
-    np.testing.assert_array_equal(mapper.saved_trajectory().c2w(), before)
+    np.testing.assert_array_equal(mapper.saved_trajectory().poses(), before)
     assert len(mapper.process(frame(40)).new) == 1             # tracking goes on
 
 
@@ -254,7 +254,7 @@ def test_save_writes_the_map_frame_trajectory(make_mapper, tmp_path):
     assert trajectory.stamps_ns().tolist() == [k * 10**9 for k in (1, 2, 3, 4, 5)]
     # The saved trajectory is the robot base's (REP 105): with the default mount (the camera at
     # the base, looking along x) the base's pose is the camera's with the optical axes turned back.
-    np.testing.assert_allclose(trajectory.c2w(), np.stack([o.base_pose for o in outputs]), atol=1e-6)
+    np.testing.assert_allclose(trajectory.poses(), np.stack([o.base_pose for o in outputs]), atol=1e-6)
     for o in outputs:
         expected = o.camera_pose.copy()
         expected[:3, :3] = o.camera_pose[:3, :3] @ R_MAP_FROM_OPTICAL.T

@@ -47,7 +47,7 @@ def assert_database_is_the_mapper(mapper):
     conversion = mapper._stream.frames.conversion
     assert [p.key for p in run.trajectory] == [p.key for p in expected]
     np.testing.assert_array_equal(run.trajectory.stamps_ns(), expected.stamps_ns())
-    np.testing.assert_array_equal(run.trajectory.c2w(), expected.c2w())
+    np.testing.assert_array_equal(run.trajectory.poses(), expected.poses())
     # The map itself, as MapStore.points combines its parts (a save adds the held and the
     # provisional keyframes).
     store = mapper._store

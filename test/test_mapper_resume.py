@@ -167,7 +167,7 @@ def test_a_run_resumed_from_an_older_continuation_aligns_to_its_frames(make_mapp
     first = make_mapper("map.db", map_database_continuation_s=1e6)   # the first one only
     for item in inputs[:13]:   # window 1 started at frame 8
         first.process(item)
-    stored_poses = first.saved_trajectory().c2w()
+    stored_poses = first.saved_trajectory().poses()
     crash(first)
     resumed = make_mapper("map.db", resume=True)
     # Phase 1 of 3 frames placed frames 0-2: the first continuation aligns to the last two.
@@ -181,7 +181,7 @@ def test_a_run_resumed_from_an_older_continuation_aligns_to_its_frames(make_mapp
         resumed.process(item)
     trajectory = resumed.saved_trajectory()
     assert [p.key for p in trajectory] == list(range(FRAMES))
-    np.testing.assert_array_equal(trajectory.c2w()[:13], stored_poses)
+    np.testing.assert_array_equal(trajectory.poses()[:13], stored_poses)
 
     reference = make_mapper("reference.db")
     for item in inputs[:3]:
@@ -189,7 +189,7 @@ def test_a_run_resumed_from_an_older_continuation_aligns_to_its_frames(make_mapp
     reference.new_window()
     for item in inputs[13:]:
         reference.process(item)
-    np.testing.assert_array_equal(trajectory.c2w()[13:], reference.saved_trajectory().c2w()[3:])
+    np.testing.assert_array_equal(trajectory.poses()[13:], reference.saved_trajectory().poses()[3:])
     aligned = [(r.overlap_error, float(r.similarity.scale)) for r in resumed.window_records() if r.window == 2]
     assert aligned == [(r.overlap_error, float(r.similarity.scale)) for r in reference.window_records()
                        if r.window == 1]

@@ -266,7 +266,7 @@ def test_trajectory_bounded_length():
     np.testing.assert_array_equal(trajectory.stamps_ns(), [2, 3, 4])
     with pytest.raises(TypeError):   # stamps are integer nanoseconds: float seconds are refused
         trajectory.append(1.5, np.eye(4))
-    assert trajectory.c2w().shape == (3, 4, 4)
+    assert trajectory.poses().shape == (3, 4, 4)
 
 
 def test_tum_round_trip(tmp_path):
@@ -282,7 +282,7 @@ def test_tum_round_trip(tmp_path):
     assert [line.split()[0] for line in lines[:2]] == ["1700000000.000001", "1700000000.100001"]
     back = read_tum(path)
     np.testing.assert_array_equal(back.stamps_ns(), (trajectory.stamps_ns() + 500) // 1000 * 1000)
-    np.testing.assert_allclose(back.c2w(), trajectory.c2w(), atol=1e-7)
+    np.testing.assert_allclose(back.poses(), trajectory.poses(), atol=1e-7)
 
 
 def test_seconds_text_and_back_are_exact():

@@ -82,7 +82,7 @@ def check_outputs(out, expected_stamps_ns, depth_suffix=".png"):
     trajectory = read_tum(out / "trajectory.tum")
     assert len((out / "trajectory.tum").read_text().splitlines()) == 12
     assert trajectory.stamps_ns().tolist() == expected_stamps_ns
-    rotations = trajectory.c2w()[:, :3, :3]
+    rotations = trajectory.poses()[:, :3, :3]
     np.testing.assert_allclose(rotations @ rotations.transpose(0, 2, 1),
                                np.broadcast_to(np.eye(3), rotations.shape), atol=1e-6)
     # 518x294 sources at width 112: height round(294 * 112 / 518 / 14) * 14 = 70 (spec 3).

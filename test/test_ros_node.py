@@ -55,7 +55,7 @@ def test_replay_newest_frame_wins(ros, tiny, tmp_path):  # noqa: F811
     assert whole.path.header.frame_id == "map" and whole.path.poses[-5:] == ros.paths[-1].poses
     tum = read_tum(saved.tum_path)
     positions = [[p.pose.position.x, p.pose.position.y, p.pose.position.z] for p in whole.path.poses]
-    np.testing.assert_allclose(positions, tum.c2w()[:, :3, 3], atol=1e-5)
+    np.testing.assert_allclose(positions, tum.poses()[:, :3, 3], atol=1e-5)
     assert [p.header.stamp.sec * 10**9 + p.header.stamp.nanosec for p in whole.path.poses] == stamps
     page = ros.call(GetTrajectory, "/map_node/get_trajectory", GetTrajectory.Request(start=1, max_poses=2))
     assert page.total_poses == whole.total_poses and page.path.poses == whole.path.poses[1:3]

@@ -22,10 +22,9 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
-from conftest import wait_until  # noqa: E402
+from conftest import unpack_points, wait_until  # noqa: E402
 
 from lingbot_ros.mapping.trajectory import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
-from lingbot_ros.ros import messages  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 
@@ -191,7 +190,7 @@ def test_depth_confidence_camera_info_and_map_outputs(live):
     # ~/map: the latched accumulated cloud, stamped with the last image, every keyframe merged.
     cloud = wait(lambda: next((m for m in reversed(env.received["map"])
                                if stamp_ns(m.header) == stamps[-1]), None), "a map after frame 4")
-    xyz, rgb = messages.unpack_points(cloud)
+    xyz, rgb = unpack_points(cloud)
     assert cloud.header.frame_id == "map" and cloud.width == len(xyz) > 0
     np.testing.assert_array_equal(xyz, env.node.mapper.map_points()[0])
 

@@ -9,8 +9,9 @@ pytest.importorskip("rclpy")
 from geometry_msgs.msg import Transform  # noqa: E402
 
 from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
-from lingbot_ros.ros.tf_messages import transform_matrix, transform_stamped  # noqa: E402
-from lingbot_ros.ros.tf_static import StaticTree  # noqa: E402
+from lingbot_ros.ros.input_checks import checked_transform  # noqa: E402
+from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
+from lingbot_ros.ros.tf_lookup import StaticTree  # noqa: E402
 
 H = math.sqrt(0.5)
 RZ90 = [[0, -1, 0], [1, 0, 0], [0, 0, 1]]
@@ -23,6 +24,11 @@ def rigid(rotation, translation) -> np.ndarray:
     pose = np.eye(4)
     pose[:3, :3], pose[:3, 3] = rotation, translation
     return pose
+
+
+def transform_matrix(transform) -> np.ndarray:
+    """geometry_msgs/Transform -> [4, 4] by the node's own conversion (the input boundary's)."""
+    return checked_transform(transform.translation, transform.rotation, "a test transform")
 
 
 def message_transform(translation, quat_xyzw) -> Transform:
@@ -87,7 +93,9 @@ def test_the_newest_transform_of_a_child_wins():
     tree = robot_tree()
     tree.set("base_link", "camera_link", rigid(np.eye(3), (1.0, 2.0, 3.0)))   # a recalibrated mount
     np.testing.assert_allclose(tree.lookup("base_link", "camera_link"), rigid(np.eye(3), (1.0, 2.0, 3.0)))
-    assert tree.parent_of("camera_link") == "base_link"
+    # The chain below it goes through the new mount: (1, 2, 3) + (0.02, -0.03, 0).
+    np.testing.assert_allclose(tree.lookup("base_link", "camera_optical_frame"), rigid(OPTICAL, (1.02, 1.97, 3.0)),
+                               atol=1e-12)
 
 
 def test_unconnected_or_unknown_frames_give_none_and_say_why():

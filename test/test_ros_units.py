@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import unpack_points
+
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray
 from lingbot_ros.mapping.records import InputFrame
@@ -81,7 +83,7 @@ def test_pointcloud2_layout():
     assert not msg.is_bigendian and msg.is_dense and len(msg.data) == 32
     raw = np.frombuffer(bytes(msg.data), np.uint32).reshape(2, 4)
     assert raw[0, 3] == 0xFF000A and raw[1, 3] == 0x010203
-    back_xyz, back_rgb = messages.unpack_points(msg)
+    back_xyz, back_rgb = unpack_points(msg)
     np.testing.assert_array_equal(back_xyz, xyz)
     np.testing.assert_array_equal(back_rgb, rgb)
 

@@ -132,12 +132,12 @@ def tum_bytes(trajectory: Trajectory) -> bytes:
     tools read a stamp as a float64, which resolves only ~0.24 us at Unix-epoch seconds.
     """
     lines = []
-    for stamp_ns, c2w, _ in trajectory:
+    for stamp_ns, pose, _ in trajectory:
         stamp = seconds_text(stamp_ns, 6)
-        if not np.isfinite(c2w).all():
+        if not np.isfinite(pose).all():
             raise ValueError(f"non-finite pose at {stamp}: trajectory not written")
-        qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
-        tx, ty, tz = c2w[:3, 3]
+        qx, qy, qz, qw = rotation_to_quaternion(pose[:3, :3])
+        tx, ty, tz = pose[:3, 3]
         lines.append(f"{stamp} {tx:.9g} {ty:.9g} {tz:.9g} "
                      f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
     return "".join(lines).encode("ascii")
@@ -158,16 +158,11 @@ def read_tum(path: str | Path) -> Trajectory:
         except ValueError as error:
             raise ValueError(f"{path}:{line_number}: {error}") from None
         tx, ty, tz, qx, qy, qz, qw = map(float, fields[1:])
-        c2w = np.eye(4)
-        c2w[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
-        c2w[:3, 3] = (tx, ty, tz)
-        trajectory.append(stamp_ns, c2w)
+        pose = np.eye(4)
+        pose[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
+        pose[:3, 3] = (tx, ty, tz)
+        trajectory.append(stamp_ns, pose)
     return trajectory
-
-
-def write_windows(path: str | Path, records) -> None:
-    """``windows_bytes`` written safely to ``path``."""
-    write_files({Path(path): windows_bytes(records)})
 
 
 def windows_bytes(records) -> bytes:
@@ -196,7 +191,7 @@ def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, tra
     directory.mkdir(parents=True, exist_ok=True)
     ply, tum = directory / "map.ply", directory / "trajectory.tum"
     files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory),
-             directory / "preview.png": preview_png(xyz, trajectory.c2w()[:, :3, 3], units=units)}
+             directory / "preview.png": preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
     if windows is not None:
         files[directory / "windows.csv"] = windows_bytes(windows)
     write_files(files)

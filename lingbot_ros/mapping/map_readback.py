@@ -108,7 +108,7 @@ def load_run(conn: sqlite3.Connection, info: RunInfo) -> StoredRun:
         mount = rigid_inverse(frames.camera_base)
         for entry in finished[1]:
             entries.append(entry)
-            positions.append((entry.c2w @ mount)[:3, 3])
+            positions.append((entry.pose @ mount)[:3, 3])
     for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
                                               (info.id,)):
         internal = np.frombuffer(pose, np.float64).reshape(4, 4)

@@ -84,7 +84,7 @@ class MapRecorder:
         entries = list(finished_poses)
         poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
                  "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
-                 "poses": np.array([e.c2w for e in entries], np.float64).reshape(-1, 4, 4)}
+                 "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)}
         self.writer.put((FINISHED, state, poses))
 
     def sync(self, records, conversion, mount) -> None:

@@ -14,7 +14,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    add_odometry(stamp_ns, pose), odometry_at(stamp_ns)   (any thread)
+    add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Vocabulary (code, notices, status and diagnostics use it alike):
 
@@ -159,8 +159,8 @@ class Mapper:
             newest = self._store.newest_poses(1, resumed.conversion)
             if newest:
                 entry, conversion = newest[0]
-                self._last_map_pose = (conversion.camera_pose(entry.c2w) if conversion is not None
-                                       else entry.c2w @ self.robot.mount)
+                self._last_map_pose = (conversion.camera_pose(entry.pose) if conversion is not None
+                                       else entry.pose @ self.robot.mount)
             self._store.end_stream(resumed.conversion)
             self._records = list(resumed.records)
             if self._last_map_pose is None:
@@ -171,7 +171,7 @@ class Mapper:
         if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
             self._records = list(resumed.records)
             self._stream = self._new_stream(*self.robot.continuing_in(self._stream.frames.conversion,
-                                                                      newest[0][0].c2w))
+                                                                      newest[0][0].pose))
             return f"{where}: {why}, a new stream continues from the last pose"
         return f"{where}: it holds no frame, a new map starts"
 
@@ -416,7 +416,7 @@ class Mapper:
 
     def path_poses(self, count: int | None = None) -> list[tuple[StampedPose, object]]:
         """The newest ``count`` poses (None: all), oldest first, as (entry, conversion) with
-        T_M_base = conversion.base_pose(entry.c2w), or entry.c2w itself where conversion is None.
+        T_M_base = conversion.base_pose(entry.pose), or entry.pose itself where conversion is None.
         Both are immutable, so a caller may cache what it built from them by identity."""
         store = self._store
         return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
@@ -435,9 +435,15 @@ class Mapper:
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
 
-    def add_odometry(self, stamp_ns: int, pose: np.ndarray) -> bool:
-        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old)."""
-        return self.robot.odometry.add(stamp_ns, pose)
+    def add_odometry(self, stamp_ns: int, pose: np.ndarray, went_back_ok: bool = False) -> bool:
+        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old, or
+        held). ``went_back_ok``: an old stamp means the stream went back (OdometryBuffer.add)."""
+        return self.robot.odometry.add(stamp_ns, pose, went_back_ok)
+
+    @property
+    def odometry_max_age_s(self) -> float:
+        """How far behind the newest odometry a sample may be stamped and still be kept."""
+        return self.robot.odometry.max_age_s
 
     def odometry_at(self, stamp_ns: int) -> np.ndarray | None:
         """T_odom_base interpolated at ``stamp_ns`` (any thread), None where not known."""
@@ -614,7 +620,7 @@ class Mapper:
         conversion = state.frames.conversion
         if keep_map:
             newest = self._store.newest_poses(1, conversion)
-            last = newest[0][0].c2w if newest and newest[0][1] is conversion else None   # T_I_camera
+            last = newest[0][0].pose if newest and newest[0][1] is conversion else None   # T_I_camera
             if state.windows is not None:
                 self._records += state.windows.records
             if self.robot.constant_scale:      # one internal frame and conversion for every stream

@@ -35,8 +35,8 @@ class OdometryBuffer:
     and odometry stamps of one instant differ by a few milliseconds of driver latency.
     ``max_gap_s``: ``at`` does not interpolate between samples further apart than this (an
     odometry dropout: a straight line across it would invent the motion).
-    A stream that goes back (a looped bag, a clock jump back) needs ``clear()``: until then older
-    stamps are ignored (the node clears it when it sees that, ros/robot_link.py).
+    A stream that goes back (a looped bag, a clock jump back) is told by ``add(...,
+    went_back_ok=True)``; without it older stamps are ignored.
     """
 
     def __init__(self, max_age_s: float = 10.0, max_samples: int = 12_000,
@@ -50,27 +50,32 @@ class OdometryBuffer:
             raise ValueError(f"max_samples must be >= 2 (interpolation needs two), got {max_samples}")
         self.max_samples = int(max_samples)
         self.max_age_s = float(max_age_s)
-        self.max_age_ns = ns_from_seconds(max_age_s)
+        self._max_age_ns = ns_from_seconds(max_age_s)
         self._max_extrapolation_ns = ns_from_seconds(max_extrapolation_s)
         self._max_gap_ns = ns_from_seconds(max_gap_s)
         self._lock = threading.Lock()
         self._stamps: list[int] = []          # sorted, unique
         self._poses: list[np.ndarray] = []    # [4, 4] each, never mutated once stored
 
-    def add(self, stamp_ns: int, pose: np.ndarray) -> bool:
+    def add(self, stamp_ns: int, pose: np.ndarray, went_back_ok: bool = False) -> bool:
         """Store ``pose`` (``T_odom_base`` [4, 4]) at ``stamp_ns``; False when it is ignored (a
-        stamp already held, or one older than the newest by more than ``max_age_s``)."""
+        stamp already held, or one older than the newest by more than ``max_age_s``). With
+        ``went_back_ok`` (the caller checked the stamp against the image clock) such an old one
+        means the stream went back: the samples held go and it is stored."""
         stamp_ns = int(stamp_ns)
         pose = _checked_pose(pose)
         with self._lock:
-            if self._stamps and stamp_ns < self._stamps[-1] - self.max_age_ns:
-                return False
+            if self._stamps and stamp_ns < self._stamps[-1] - self._max_age_ns:
+                if not went_back_ok:
+                    return False
+                self._stamps.clear()
+                self._poses.clear()
             at = bisect.bisect_left(self._stamps, stamp_ns)
             if at < len(self._stamps) and self._stamps[at] == stamp_ns:
                 return False
             self._stamps.insert(at, stamp_ns)
             self._poses.insert(at, pose)
-            cut = max(bisect.bisect_left(self._stamps, self._stamps[-1] - self.max_age_ns),
+            cut = max(bisect.bisect_left(self._stamps, self._stamps[-1] - self._max_age_ns),
                       len(self._stamps) - self.max_samples)
             if cut > 0:
                 del self._stamps[:cut], self._poses[:cut]
@@ -92,17 +97,6 @@ class OdometryBuffer:
             if abs(stamp - stamp_ns) <= self._max_extrapolation_ns:
                 return pose.copy()
         return None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._stamps.clear()
-            self._poses.clear()
-
-    @property
-    def latest_stamp_ns(self) -> int | None:
-        """The newest sample's stamp, None when empty."""
-        with self._lock:
-            return self._stamps[-1] if self._stamps else None
 
     def samples_since(self, stamp_ns: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples a look-up at ``stamp_ns`` or later may read (one gap's worth before it):

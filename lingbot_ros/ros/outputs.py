@@ -139,6 +139,6 @@ class PathCache:
     def _built(self, entry, conversion) -> tuple[object, object, PoseStamped]:
         cached = self._messages.get(entry.key)
         if cached is None or cached[0] is not entry or cached[1] is not conversion:
-            pose = entry.c2w if conversion is None else conversion.base_pose(entry.c2w)
+            pose = entry.pose if conversion is None else conversion.base_pose(entry.pose)
             cached = (entry, conversion, messages.pose_stamped(pose, messages.stamp_msg(entry.stamp_ns), self.frame_id))
         return cached

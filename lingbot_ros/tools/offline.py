@@ -38,14 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lingbot-ros-offline",
         description=__doc__.split("\n\n")[0],
-        epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw': the camera's "
-               "optical frame in the map frame, as the node's ~/save_map writes it; stamps from the "
+        epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw': the robot's "
+               "base frame in the map frame, as the node's ~/save_map writes it; stamps from the "
                "source); map.ply (binary PLY, float xyz + uchar rgb, keyframes' points with confidence "
                ">= --min-confidence, one per voxel); frames.csv (per frame: index, stamp, keyframe flag, "
                "intrinsics fx fy cx cy at the model input size, depth file); depth/NNNNNN.png or .npy "
                "(depth at the model input size, see --depth-format); preview.png (the map seen from above, "
-               "coloured by height, with the trajectory). Units are the model's: metres up to an unknown "
-               "scale.")
+               "coloured by height, with the trajectory). Units: metres up to an unknown scale unless "
+               "--scale-source fixed --scale S.")
     parser.add_argument("--input", required=True,
                         help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
                              "camera index or 'synthetic[:WxH[:N]]'")
