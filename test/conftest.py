@@ -1,27 +1,17 @@
-"""Shared pytest fixtures. Keep additive: several layers' tests rely on them."""
+"""The tests' fixtures, for every test module (none imports them). Keep additive: several layers'
+tests rely on them. What the tests share besides fixtures (waits, probe nodes, synthetic inputs)
+is in helpers.py; a test module imports from there what it calls.
+"""
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO, MapStatus, Ros
 
 
 def _shared_dir() -> Path:
     return Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared"))
-
-
-def wait_until(condition, what: str, timeout: float, details=None):
-    """Poll ``condition()`` until it returns something truthy and return that. On timeout raise
-    AssertionError naming ``what``, plus ``details()`` (e.g. subprocess logs) when given."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}" + (f"; {details()}" if details else ""))
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +71,23 @@ def ros_home(tmp_path_factory, monkeypatch) -> Path:
     path = tmp_path_factory.mktemp("ros_home")
     monkeypatch.setenv("ROS_HOME", str(path))
     return path
+
+
+@pytest.fixture
+def tiny(shared_dir):
+    """(tiny fixture folder, courthouse bag) of the tests over DDS."""
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    bag = shared_dir / "data" / "courthouse_bag"
+    if not (fixture / "ckpt.pt").exists() or not bag.is_dir():
+        pytest.skip(f"tiny fixture or courthouse bag missing under {shared_dir}")
+    return fixture, bag
+
+
+@pytest.fixture
+def ros(tmp_path):
+    """The probe of the map_node tests (helpers.Ros); its subprocesses end with the test."""
+    if MapStatus is None:
+        pytest.skip("lingbot_ros interfaces not generated (run scripts/setup.sh)")
+    env = Ros(tmp_path)
+    yield env
+    env.close()

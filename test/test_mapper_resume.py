@@ -10,8 +10,7 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings
 
-from test_mapper import frame
-from test_mapper_database import assert_database_is_the_mapper
+from helpers import assert_database_is_the_mapper, frame
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 FRAMES = 20
