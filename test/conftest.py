@@ -1,6 +1,11 @@
 """The tests' fixtures, for every test module (none imports them). Keep additive: several layers'
 tests rely on them. What the tests share besides fixtures (waits, probe nodes, synthetic inputs)
 is in helpers.py; a test module imports from there what it calls.
+
+Test files are named after the layer they test: test_<layer>_<what>.py, the layer one of cache,
+model, stream, io, mapping, ros (the node and its launch file, over DDS or not) and tools (the
+command-line programs), or project (what the repository ships: packaging, set-up scripts, the
+README). A script the tests run as a subprocess (map_db_writer.py) sits next to them.
 """
 import os
 from pathlib import Path
