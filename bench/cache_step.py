@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lingbot_ros.cache import CacheSpec, PagedKVCache  # noqa: E402
+from lingbot_ros.stream.settings import BACKENDS, DTYPES  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -38,10 +39,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--anchors", type=int, default=8, help="anchor frames A")
     p.add_argument("--frames", default="100,1000", help="comma-separated frames streamed before timing")
     p.add_argument("--repeats", type=int, default=20, help="timed steps per row (median reported)")
-    p.add_argument("--backend", default="auto", choices=["auto", "torch", "flashinfer"])
+    p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument("--device", default="cuda" if cuda else "cpu")
-    p.add_argument("--dtype", default="bfloat16" if cuda else "float32",
-                   choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--dtype", default="bfloat16" if cuda else "float32", choices=list(DTYPES))
     args = p.parse_args()
     if args.smoke:
         args.layers, args.tokens, args.heads, args.head_dim = 4, 37, 2, 16

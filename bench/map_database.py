@@ -2,7 +2,9 @@
 per frame and per second, and the file's size per 1,000 frames (tiny fixture model, CPU).
 
 The Mapper runs a synthetic moving stream (a textured image shifted sideways); every recorder
-call the frame loop makes (frame, removed, cleared, points, sync) is timed on that thread; the
+call the frame loop makes (frame, removed, cleared, points, sync, continuation) is timed on that
+thread, and so is each continuation stored while mapping (built and queued: its device-to-host
+copies included); the
 writer's commits are timed on its thread. Bytes per frame are also computed for the released
 output size from what one keyframe's points take on disk (npy float32 xyz + uint8 rgb).
 
@@ -33,6 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--frames", type=int, default=1000)
     parser.add_argument("--image-width", type=int, default=112)
     parser.add_argument("--commit-s", type=float, default=1.0)
+    parser.add_argument("--continuation-s", type=float, default=30.0, help="map_database_continuation_s")
     parser.add_argument("--out", type=Path, default=Path("out/map_database.json"))
     args = parser.parse_args(argv)
 
@@ -48,7 +51,8 @@ def main(argv=None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="map_db_bench_"))
     settings = MapperSettings(checkpoint=str(FIXTURE / "ckpt.pt"), model_config=str(FIXTURE / "config.json"),
                               device="cpu", image_width=args.image_width, warmup=False,
-                              map_database=str(directory / "map.db"), map_database_commit_s=args.commit_s)
+                              map_database=str(directory / "map.db"), map_database_commit_s=args.commit_s,
+                              map_database_continuation_s=args.continuation_s)
     commit_ms = []
     original_commit = MapWriter._commit
 
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
     mapper = Mapper(settings, factory.build(settings))
     hook_s = [0.0]
     recorder = mapper.recorder
-    for name in ("frame", "removed", "cleared", "points", "sync"):
+    for name in ("frame", "removed", "cleared", "points", "sync", "continuation"):
         method = getattr(recorder, name)
 
         def timed(*a, _method=method, **k):
@@ -70,6 +74,23 @@ def main(argv=None) -> int:
             _method(*a, **k)
             hook_s[0] += time.perf_counter() - start
         setattr(recorder, name, timed)
+
+    calls = {"continuation": 0}
+    queue_continuation = recorder.continuation
+
+    def counted(*a, **k):
+        calls["continuation"] += 1
+        queue_continuation(*a, **k)
+    recorder.continuation = counted
+    continuation_ms = []
+    store_continuation = mapper._store_continuation
+
+    def timed_store():
+        before, begin = calls["continuation"], time.perf_counter()
+        store_continuation()
+        if calls["continuation"] > before:
+            continuation_ms.append((time.perf_counter() - begin) * 1e3)
+    mapper._store_continuation = timed_store
 
     base = cv2.resize((np.random.default_rng(1).random((60, 80)) * 255).astype(np.uint8), (640, 480),
                       interpolation=cv2.INTER_CUBIC)
@@ -90,6 +111,10 @@ def main(argv=None) -> int:
         "frame_loop_ms_per_frame": round(hook_s[0] / args.frames * 1e3, 4),
         "commit_ms_median": round(float(np.median(commit_ms)), 2), "commit_ms_max": round(max(commit_ms), 2),
         "commits": len(commit_ms),
+        "continuations_stored": len(continuation_ms),
+        "continuation_ms_max": round(max(continuation_ms), 2) if continuation_ms else None,
+        "frame_loop_ms_per_frame_with_continuations": round(
+            (hook_s[0] + sum(continuation_ms) / 1e3) / args.frames * 1e3, 4),
         "database_bytes": size, "bytes_per_frame": round(size / args.frames),
         "mb_per_1000_frames": round(size / args.frames * 1000 / 1e6, 2),
         "mb_per_s_at_30_hz": round(size / args.frames * 30 / 1e6, 3),

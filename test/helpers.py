@@ -73,6 +73,17 @@ def stamp_ns(header) -> int:
     return header.stamp.sec * 10**9 + header.stamp.nanosec
 
 
+def unpack_points(msg):
+    """A PointCloud2 the node published (ros.messages.point_cloud) back to ``[N, 3]`` float32
+    xyz and ``[N, 3]`` uint8 RGB."""
+    from lingbot_ros.ros.messages import POINT_DTYPE
+
+    packed = np.frombuffer(msg.data, POINT_DTYPE, count=msg.width * msg.height)
+    xyz = np.stack([packed["x"], packed["y"], packed["z"]], axis=1)
+    rgb = np.stack([(packed["rgb"] >> s) & 0xFF for s in (16, 8, 0)], axis=1).astype(np.uint8)
+    return xyz, rgb
+
+
 def shut_down(processes, executor, thread, node, context) -> None:
     """Teardown of a probe node: subprocesses killed, executor and node gone."""
     for proc in processes:
@@ -302,6 +313,13 @@ def rigid(rotation, translation) -> np.ndarray:
     return pose
 
 
+def transform_matrix(transform) -> np.ndarray:
+    """geometry_msgs/Transform -> [4, 4] by the node's own conversion (the input boundary's)."""
+    from lingbot_ros.ros.input_checks import checked_transform
+
+    return checked_transform(transform.translation, transform.rotation, "a test transform")
+
+
 def message_transform(translation, quat_xyzw) -> Transform:
     t = Transform()
     t.translation.x, t.translation.y, t.translation.z = translation
@@ -349,8 +367,8 @@ def assert_database_is_the_mapper(mapper):
     expected = mapper.saved_trajectory()
     conversion = mapper._stream.frames.conversion
     assert [p.key for p in run.trajectory] == [p.key for p in expected]
-    np.testing.assert_array_equal(run.trajectory.stamps_s(), expected.stamps_s())
-    np.testing.assert_array_equal(run.trajectory.c2w(), expected.c2w())
+    np.testing.assert_array_equal(run.trajectory.stamps_ns(), expected.stamps_ns())
+    np.testing.assert_array_equal(run.trajectory.poses(), expected.poses())
     # The map itself, as MapStore.points combines its parts (a save adds the held and the
     # provisional keyframes).
     store = mapper._store

@@ -36,7 +36,7 @@ def main() -> None:
     for index in range(frames):
         writer.put((FRAME, index, index * 10**8, pose(index), index % 3 == 0, 0, True))
         if index % 3 == 0:
-            writer.put((POINTS, *points(index), False))
+            writer.put((POINTS, *points(index)))
         if writer.failure:
             print(f"failure {writer.failure}", flush=True)
             return

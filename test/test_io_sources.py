@@ -13,7 +13,7 @@ from lingbot_ros.io.image_codec import CorruptImageError, UnsupportedEncodingErr
 from lingbot_ros.io.sources import (BagSource, CameraSource, EmptySourceError, FolderSource,
                                     FrameDecodeError, NoImageTopicError, SourceNotFoundError,
                                     SyntheticSource, UnknownSourceFormatError, VideoSource,
-                                    open_source)
+                                    open_source, rate_stamp_ns)
 
 
 def pattern(i, height=24, width=32):
@@ -32,7 +32,7 @@ def test_folder_sorted_with_rate_stamps(tmp_path):
     source = open_source(str(tmp_path), rate_hz=4.0)
     assert isinstance(source, FolderSource) and source.num_frames == 3
     frames = list(source)
-    assert [f.stamp_s for f in frames] == [0.0, 0.25, 0.5]
+    assert [f.stamp_ns for f in frames] == [0, 250_000_000, 500_000_000]
     for i, frame in enumerate(frames):
         assert frame.rgb.dtype == np.uint8 and frame.rgb.shape == (24, 32, 3)
         np.testing.assert_array_equal(frame.rgb, pattern(i))
@@ -83,14 +83,21 @@ def test_video_frames_and_stamps(tmp_path):
     source = open_source(str(path))
     assert isinstance(source, VideoSource) and source.num_frames == 4
     frames = list(source)
-    assert [f.stamp_s for f in frames] == pytest.approx([0.0, 0.2, 0.4, 0.6])
+    assert [f.stamp_ns for f in frames] == [0, 200_000_000, 400_000_000, 600_000_000]
     for i, frame in enumerate(frames):
         assert frame.rgb.shape == (24, 32, 3)
         # MJPG is lossy: compare loosely, but the colour order must be RGB (blue = 40 + i).
         assert abs(float(frame.rgb[..., 2].mean()) - (40 + i)) < 6
         assert np.abs(frame.rgb.astype(int) - pattern(i)).mean() < 8
-    assert [f.stamp_s for f in VideoSource(path, rate_hz=2.0)][1] == 0.5
+    assert [f.stamp_ns for f in VideoSource(path, rate_hz=2.0)][1] == 500_000_000
 
+
+
+def test_rate_stamps_are_whole_nanoseconds_from_the_frame_number():
+    """Each stamp from i and the rate: no float period summed, so frame 30000 of an NTSC video is
+    at exactly 1001 s."""
+    assert [rate_stamp_ns(i, 3.0) for i in range(4)] == [0, 333_333_333, 666_666_667, 1_000_000_000]
+    assert rate_stamp_ns(30_000, 30_000 / 1001) == 1001 * 10**9
 
 def test_corrupt_video_is_reported(tmp_path):
     path = tmp_path / "broken.mp4"
@@ -147,7 +154,7 @@ def test_bag_raw_images(tmp_path, storage, encoding, pad):
     source = open_source(str(tmp_path / "bag"))
     assert isinstance(source, BagSource) and source.num_frames == 3
     frames = list(source)
-    assert [f.stamp_s for f in frames] == pytest.approx([s * 1e-9 for s in stamps], abs=1e-6)
+    assert [f.stamp_ns for f in frames] == stamps   # exact: no float in between
     for i, frame in enumerate(frames):
         expected = pattern(i)
         if encoding == "mono8":
@@ -168,7 +175,7 @@ def test_bag_compressed_png_exact_and_first_image_topic_picked(tmp_path):
     assert source.topic == "/zzz/compressed"
     (frame,) = list(source)
     np.testing.assert_array_equal(frame.rgb, pattern(5))
-    assert frame.stamp_s == pytest.approx(1_700_000_001.25)
+    assert frame.stamp_ns == stamp
     (frame,) = list(open_source(str(tmp_path / "bag"), topic="/cam/compressed"))
     np.testing.assert_array_equal(frame.rgb, pattern(1))
     with pytest.raises(NoImageTopicError, match="image topics: /cam/compressed, /zzz"):
@@ -301,7 +308,7 @@ def test_synthetic_deterministic_moving_never_zero():
     assert isinstance(source, SyntheticSource) and source.num_frames == 5
     frames = list(source)
     again = list(open_source("synthetic:40x30:5", rate_hz=20.0))
-    assert [f.stamp_s for f in frames] == [0.0, 0.05, 0.1, 0.15, 0.2]
+    assert [f.stamp_ns for f in frames] == [k * 50_000_000 for k in range(5)]
     for a, b in zip(frames, again):
         np.testing.assert_array_equal(a.rgb, b.rgb)
         assert a.rgb.shape == (30, 40, 3) and a.rgb.min() > 0 and a.rgb.std() > 20
@@ -324,7 +331,7 @@ def test_shared_loop_jpg_folder(shared_data):
     assert source.num_frames == 237
     with contextlib.closing(iter(source)) as frames:
         first = next(frames)
-    assert first.rgb.shape == (294, 518, 3) and first.stamp_s == 0.0
+    assert first.rgb.shape == (294, 518, 3) and first.stamp_ns == 0
 
 
 def test_shared_courthouse_bag_matches_jpg_folder(shared_data):
@@ -334,7 +341,7 @@ def test_shared_courthouse_bag_matches_jpg_folder(shared_data):
     assert bag.topic == "/camera/image_raw/compressed" and bag.num_frames == 286
     frames = 0
     for i, (from_bag, from_folder) in enumerate(zip(bag, folder)):
-        assert from_bag.stamp_s == pytest.approx(1_700_000_000 + 0.1 * i, abs=1e-6)
+        assert from_bag.stamp_ns == 1_700_000_000 * 10**9 + i * 10**8
         # Same scene, same size; the README does not promise byte-identical JPEGs.
         assert from_bag.rgb.shape == from_folder.rgb.shape == (294, 518, 3)
         frames += 1

@@ -93,11 +93,11 @@ def test_a_reset_clears_the_run_and_the_map_replays_through_checkpoints(tmp_path
     path = tmp_path / "map.db"
     w = writer(path, max_points=1500, settings={**SETTINGS, "max_map_points": 1500})
     w.put((FRAME, 0, 0, pose(0), True, 0, True))
-    w.put((POINTS, *points(0), False))
+    w.put((POINTS, *points(0)))
     w.put((CLEARED,))
     reference = VoxelMap(0.05, 1500)
     for index in range(1, 30):
-        w.put((POINTS, *points(index), False))
+        w.put((POINTS, *points(index)))
         reference.insert(*points(index))
     assert w.close()
     conn = mdb.connect(path, readonly=True)
@@ -181,7 +181,7 @@ def test_a_full_disk_stops_storing_the_run_and_keeps_what_was_committed(tmp_path
     w._conn.execute(f"PRAGMA max_page_count = {pages + 2}")
     for index in range(3, 60):
         w.put((FRAME, index, index, pose(index), True, 0, True))
-        w.put((POINTS, *points(index), False))
+        w.put((POINTS, *points(index)))
     assert not w.commit()
     assert "full" in w.failure
     w.put((FRAME, 99, 99, pose(99), True, 0, True))   # later events are dropped, never raised
@@ -246,7 +246,7 @@ def test_retention_keeps_the_newest_runs(tmp_path):
         w = writer(path, max_runs=2)
         for index in range(50):
             w.put((FRAME, index, index, pose(index), True, 0, True))
-            w.put((POINTS, *points(index), False))
+            w.put((POINTS, *points(index)))
         assert w.close()
     conn = mdb.connect(path, readonly=True)
     assert [r.id for r in mdb.runs(conn)] == [3, 4]

@@ -13,7 +13,7 @@ from lingbot_ros.cache import NothingToRollback
 from lingbot_ros.mapping import factory, read_ply, read_tum
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.mapper import Mapper
-from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, InputFrame
+from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 
 from helpers import frame
@@ -84,7 +84,7 @@ def test_rollback_removes_the_newest_keyframe_points_and_pose(make_mapper):
     assert "its points left the map" in rolled.rollback_last_frame()
     assert stored(rolled) == 4
     # The rolled-back frame's pose leaves the trajectory (and so ~/path and the saved file).
-    np.testing.assert_array_equal(rolled.saved_trajectory().c2w(), reference.saved_trajectory().c2w())
+    np.testing.assert_array_equal(rolled.saved_trajectory().poses(), reference.saved_trajectory().poses())
     for got, want in zip(rolled.map_points(), reference.map_points()):
         np.testing.assert_array_equal(got, want)
     # Frame 4 was merged when frame 5 arrived: a second rollback cannot take its points back.
@@ -113,7 +113,7 @@ def test_cache_cap_restarts_and_continues_from_the_last_pose(make_mapper):
     last = outcome.new[-1].camera_pose
     assert [n.kind for n in outcome.notices] == [RESTART]
     assert "cache cap: 4 keyframes stored (max_keyframes=4)" in outcome.notices[0].text
-    assert mapper.snapshot.state == RESET and stored(mapper) == 0 and mapper.snapshot.restarts == 1
+    assert mapper.snapshot.state == RESTARTED and stored(mapper) == 0 and mapper.snapshot.restarts == 1
     assert mapper.snapshot.trajectory_poses == 4 and len(mapper.map_points()[0]) > 0
     # The new stream's model world starts at the last camera: a first camera at the model's
     # identity lands exactly where the old stream left off.
@@ -167,19 +167,19 @@ def test_stamp_jitter_drops_the_frame_and_a_real_jump_back_restarts(make_mapper)
     mapper.process(frame(16, stamp_s=11.7))
     outcome = mapper.process(frame(0, stamp_s=5.0))           # a looped bag
     assert "went back by 6.700 s" in outcome.notices[0].text
-    assert mapper.snapshot.trajectory_poses == 0 or mapper.saved_trajectory().stamps_s()[0] == 5.0
+    assert mapper.snapshot.trajectory_poses == 0 or mapper.saved_trajectory().stamps_ns()[0] == 5 * 10**9
 
 
 def test_bad_geometry_is_rejected_input_not_a_model_failure(make_mapper):
     mapper = make_mapper()
     for i in range(4):
         mapper.process(frame(8 * i))
-    before = mapper.saved_trajectory().c2w().copy()
+    before = mapper.saved_trajectory().poses().copy()
     for rgb in (np.zeros((1, 1, 3), np.uint8), np.zeros((10, 4000, 3), np.uint8)):
         outcome = mapper.process(InputFrame(rgb=rgb, stamp_ns=mapper.snapshot.last_stamp_ns + 1))
         assert [n.kind for n in outcome.notices] == [REJECTED], outcome.notices
     assert mapper.snapshot.rejected == 2 and mapper.snapshot.failed == 0 and mapper.snapshot.restarts == 0
-    np.testing.assert_array_equal(mapper.saved_trajectory().c2w(), before)
+    np.testing.assert_array_equal(mapper.saved_trajectory().poses(), before)
     assert len(mapper.process(frame(40)).new) == 1             # tracking goes on
 
 
@@ -237,10 +237,10 @@ def test_save_writes_the_map_frame_trajectory(make_mapper, tmp_path):
     saved = mapper.save(tmp_path)
     assert saved.num_poses == 5 and saved.num_points == len(read_ply(tmp_path / "map.ply")[0])
     trajectory = read_tum(tmp_path / "trajectory.tum")
-    np.testing.assert_allclose(trajectory.stamps_s(), [1, 2, 3, 4, 5])
+    assert trajectory.stamps_ns().tolist() == [k * 10**9 for k in (1, 2, 3, 4, 5)]
     # The saved trajectory is the robot base's (REP 105): with the default mount (the camera at
     # the base, looking along x) the base's pose is the camera's with the optical axes turned back.
-    np.testing.assert_allclose(trajectory.c2w(), np.stack([o.base_pose for o in outputs]), atol=1e-6)
+    np.testing.assert_allclose(trajectory.poses(), np.stack([o.base_pose for o in outputs]), atol=1e-6)
     for o in outputs:
         expected = o.camera_pose.copy()
         expected[:3, :3] = o.camera_pose[:3, :3] @ R_MAP_FROM_OPTICAL.T

@@ -169,4 +169,4 @@ def test_a_restart_that_keeps_the_map_keeps_each_stream_at_its_own_scale(base):
     after_xyz, after_rgb = mapper.map_points()
     np.testing.assert_array_equal(after_xyz, xyz)
     np.testing.assert_array_equal(after_rgb, rgb)
-    np.testing.assert_array_equal(mapper.saved_trajectory().c2w(), trajectory.c2w())
+    np.testing.assert_array_equal(mapper.saved_trajectory().poses(), trajectory.poses())

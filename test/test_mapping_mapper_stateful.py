@@ -89,10 +89,14 @@ class MapperMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.sampled_from(["windowed", "reset"]), interval=st.sampled_from([1, 2]),
                 window=st.sampled_from([4, 5]), overlap=st.sampled_from([1, 2, 3]),
-                max_keyframes=st.sampled_from([0, 5]))
-    def setup(self, policy, interval, window, overlap, max_keyframes):
+                max_keyframes=st.sampled_from([0, 5]), scale=st.sampled_from([None, 2.0]))
+    def setup(self, policy, interval, window, overlap, max_keyframes, scale):
+        # A fixed scale of 2 puts the map in metres (voxels of VOXEL / 2 model units) and keeps the
+        # reference's voxels exact (doubling is exact in floating point).
+        scaled = {"scale_source": "fixed", "scale": scale} if scale else {}
+        SEEN["fixed scale"] += bool(scale)
         self.start(long_run_policy=policy, keyframe_interval=interval, window_size=window,
-                   overlap_size=overlap, max_keyframes=max_keyframes)
+                   overlap_size=overlap, max_keyframes=max_keyframes, **scaled)
 
     def start(self, **overrides):
         self.mapper = Model.mapper(self.files, map_database=str(self.tmp / "map.db"), **overrides)
@@ -296,7 +300,7 @@ class MapperMachine(RuleBasedStateMachine):
         self.held = None
         trajectory = read_tum(directory / "trajectory.tum")
         assert saved.num_poses == len(trajectory) == len(self.saved)
-        np.testing.assert_allclose(trajectory.stamps_s(), [self.stamps[i] / 1e9 for i in self.saved], atol=1e-6)
+        assert trajectory.stamps_ns().tolist() == [self.stamps[i] for i in self.saved]
         xyz, _ = read_ply(directory / "map.ply")
         assert voxels(xyz) == (set().union(*self.points.values()) if self.points else set())
         if self.mapper.settings.long_run_policy == "windowed":
@@ -322,7 +326,7 @@ class MapperMachine(RuleBasedStateMachine):
             return
         saved = list(self.mapper.saved_trajectory())
         assert [e.key for e in saved] == self.saved
-        assert [round(e.stamp_s * 1e9) for e in saved] == [self.stamps[i] for i in self.saved]
+        assert [e.stamp_ns for e in saved] == [self.stamps[i] for i in self.saved]
         snap, c = self.mapper.snapshot, self.counts
         assert (snap.processed, snap.rolled_back, snap.cleared, snap.failed, snap.rejected) == \
             (c["processed"], c["rolled_back"], c["cleared"], c["failed"], c["rejected"])

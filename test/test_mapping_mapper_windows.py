@@ -89,7 +89,7 @@ def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, coun
         torch.testing.assert_close(record.similarity.scale, sim.scale, rtol=0, atol=1e-6)
         torch.testing.assert_close(record.similarity.rotation, sim.rotation, rtol=0, atol=1e-6)
     # The saved trajectory holds the final values.
-    np.testing.assert_allclose(mapper.saved_trajectory().c2w(), np.stack([o.base_pose for o in final]), atol=1e-12)
+    np.testing.assert_allclose(mapper.saved_trajectory().poses(), np.stack([o.base_pose for o in final]), atol=1e-12)
 
 
 def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files, images):
@@ -110,7 +110,7 @@ def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files
     final = {o.index: o.camera_pose for o in switch.final}
     final_base = {o.index: o.base_pose for o in switch.final}
     assert not np.allclose(first[8], final[8])
-    np.testing.assert_allclose(mapper.saved_trajectory().c2w()[6:10], np.stack([final_base[i] for i in range(6, 10)]))
+    np.testing.assert_allclose(mapper.saved_trajectory().poses()[6:10], np.stack([final_base[i] for i in range(6, 10)]))
 
 
 def test_rollback_and_flush_inside_a_window_and_after_a_switch(fixture_files, images):
@@ -137,7 +137,7 @@ def test_rollback_and_flush_inside_a_window_and_after_a_switch(fixture_files, im
     for frame in inputs[12:15]:
         mapper.process(frame)
     # The same poses as a run that never saw the rolled-back frames.
-    np.testing.assert_allclose(mapper.saved_trajectory().c2w(), reference.saved_trajectory().c2w(), atol=1e-9)
+    np.testing.assert_allclose(mapper.saved_trajectory().poses(), reference.saved_trajectory().poses(), atol=1e-9)
     np.testing.assert_allclose(mapper.map_points()[0], reference.map_points()[0], atol=1e-6)
 
 

@@ -47,7 +47,7 @@ def test_nearly_equal_rotations_blend_without_dividing_by_zero():
 
 def test_exact_stamps_and_the_ends():
     buffer = OdometryBuffer(max_extrapolation_s=0.05)
-    assert buffer.at(0) is None and buffer.latest_stamp_ns is None
+    assert buffer.at(0) is None and len(buffer) == 0
     first, last = pose(0.1, (1.0, 2.0, 3.0)), pose(0.2, (2.0, 2.0, 3.0))
     buffer.add(1000 * MS, first)
     assert buffer.at(1000 * MS) is not None and buffer.at(1051 * MS) is None
@@ -57,7 +57,6 @@ def test_exact_stamps_and_the_ends():
     np.testing.assert_array_equal(buffer.at(950 * MS), first)    # before the first: held
     np.testing.assert_array_equal(buffer.at(1150 * MS), last)    # after the newest: held
     assert buffer.at(949 * MS) is None and buffer.at(1151 * MS) is None
-    assert buffer.latest_stamp_ns == 1100 * MS
 
 
 def test_no_interpolation_across_a_gap():
@@ -77,7 +76,7 @@ def test_out_of_order_and_duplicate_samples():
     for stamp in (300, 100, 200, 0):
         assert buffer.add(stamp * MS, pose(0.0, (stamp / 100, 0.0, 0.0)))
     assert not buffer.add(200 * MS, pose(0.0, (99.0, 0.0, 0.0)))   # same stamp: the first is kept
-    assert len(buffer) == 4 and buffer.latest_stamp_ns == 300 * MS
+    assert len(buffer) == 4
     for stamp in (0, 50, 150, 250, 300):
         np.testing.assert_allclose(buffer.at(stamp * MS)[0, 3], stamp / 100, atol=1e-12)
 
@@ -97,7 +96,7 @@ def test_bounded_by_age_and_count():
     assert len(counted) == 50 and counted.at(150 * MS)[0, 3] == 150 and counted.at(99 * MS) is None
 
 
-def test_clear_and_the_stored_copy():
+def test_the_stored_copy():
     buffer = OdometryBuffer()
     sample = pose(0.0, (1.0, 0.0, 0.0))
     buffer.add(0, sample)
@@ -105,9 +104,20 @@ def test_clear_and_the_stored_copy():
     held = buffer.at(0)
     held[0, 3] = 7.0                    # nor does changing what at() returned
     assert buffer.at(0)[0, 3] == 1.0
-    buffer.clear()
-    assert len(buffer) == 0 and buffer.at(0) is None and buffer.latest_stamp_ns is None
-    assert buffer.add(-10 * 10 ** 9, pose())   # after clear(), any stamp starts anew
+
+
+def test_a_stream_that_went_back_starts_anew_only_when_the_caller_says_so():
+    buffer = OdometryBuffer(max_age_s=1.0)
+    buffer.add(0, pose(0.0, (1.0, 0.0, 0.0)))
+    buffer.add(100 * MS, pose(0.0, (2.0, 0.0, 0.0)))
+    looped = pose(0.0, (9.0, 0.0, 0.0))
+    assert not buffer.add(-10 * 10 ** 9, looped)   # older than the newest by more than max_age_s
+    assert len(buffer) == 2
+    assert not buffer.add(100 * MS, looped, went_back_ok=True)   # within the age: a held stamp, kept
+    np.testing.assert_array_equal(buffer.at(100 * MS), pose(0.0, (2.0, 0.0, 0.0)))
+    assert buffer.add(-10 * 10 ** 9, looped, went_back_ok=True)   # the previous loop's samples go
+    assert len(buffer) == 1 and buffer.at(0) is None
+    np.testing.assert_array_equal(buffer.at(-10 * 10 ** 9), looped)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -138,6 +148,7 @@ def test_a_writer_thread_and_a_reader():
     so this checks consistency more than it proves the lock."""
     buffer = OdometryBuffer(max_age_s=0.2, max_samples=150, max_extrapolation_s=0.0)
     done = threading.Event()
+    newest = [None]   # the newest stamp written
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)
 
@@ -145,6 +156,7 @@ def test_a_writer_thread_and_a_reader():
         for k in range(0, 4000, 2):
             for j in (k + 1, k):
                 buffer.add(j * MS, pose(j / 10_000, (j / 1000, 0.0, 0.0)))
+            newest[0] = (k + 1) * MS
         done.set()
 
     writer = threading.Thread(target=write)
@@ -153,10 +165,9 @@ def test_a_writer_thread_and_a_reader():
     checked = 0
     try:
         while not done.is_set() or checked < 100:
-            newest = buffer.latest_stamp_ns
-            if newest is None:
+            if newest[0] is None:
                 continue
-            stamp = int(newest - rng.uniform(0, 0.25) * 1e9)
+            stamp = int(newest[0] - rng.uniform(0, 0.25) * 1e9)
             got = buffer.at(stamp)
             if got is not None:
                 t = stamp / 1e9

@@ -9,6 +9,7 @@ from lingbot_ros.mapping import (PlyFormatError, Trajectory, VoxelMap, VoxelRang
                                  depth_to_points, image_to_rgb_uint8, quaternion_to_rotation,
                                  read_ply, read_tum, rotation_to_quaternion, select_points,
                                  write_ply, write_tum)
+from lingbot_ros.mapping.stamps import ns_from_text, seconds_text
 
 
 def random_c2w(rng):
@@ -260,26 +261,40 @@ def test_quaternion_of_half_turns(axis):
 def test_trajectory_bounded_length():
     trajectory = Trajectory(max_length=3)
     for i in range(5):
-        trajectory.append(float(i), np.eye(4)[:3])
+        trajectory.append(i, np.eye(4)[:3])
     assert len(trajectory) == 3
-    np.testing.assert_array_equal(trajectory.stamps_s(), [2, 3, 4])
-    assert trajectory.c2w().shape == (3, 4, 4)
+    np.testing.assert_array_equal(trajectory.stamps_ns(), [2, 3, 4])
+    with pytest.raises(TypeError):   # stamps are integer nanoseconds: float seconds are refused
+        trajectory.append(1.5, np.eye(4))
+    assert trajectory.poses().shape == (3, 4, 4)
 
 
 def test_tum_round_trip(tmp_path):
     rng = np.random.default_rng(4)
     trajectory = Trajectory()
     for i in range(6):
-        trajectory.append(1700000000.0 + 0.1 * i, random_c2w(rng))
+        trajectory.append(1_700_000_000 * 10**9 + i * 10**8 + 1_234, random_c2w(rng))
     path = tmp_path / "trajectory.tum"
     write_tum(path, trajectory)
     lines = path.read_text().splitlines()
     assert len(lines) == 6 and all(len(line.split()) == 8 for line in lines)
-    # microsecond digits: 1700000000.1 as float64 is ...0999999046, which 9 digits would show
-    assert [line.split()[0] for line in lines[:2]] == ["1700000000.000000", "1700000000.100000"]
+    # seconds with microsecond digits, exact from the integer nanoseconds
+    assert [line.split()[0] for line in lines[:2]] == ["1700000000.000001", "1700000000.100001"]
     back = read_tum(path)
-    np.testing.assert_allclose(back.stamps_s(), trajectory.stamps_s(), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(back.c2w(), trajectory.c2w(), atol=1e-7)
+    np.testing.assert_array_equal(back.stamps_ns(), (trajectory.stamps_ns() + 500) // 1000 * 1000)
+    np.testing.assert_allclose(back.poses(), trajectory.poses(), atol=1e-7)
+
+
+def test_seconds_text_and_back_are_exact():
+    for ns, text6 in [(0, "0.000000"), (1_700_000_000_099_999_999, "1700000000.100000"),
+                      (123_456_789, "0.123457"), (-1_500_000_000, "-1.500000"), (1_499, "0.000001")]:
+        assert seconds_text(ns, 6) == text6
+        assert ns_from_text(seconds_text(ns)) == ns
+    assert seconds_text(1_700_000_000_100_000_000) == "1700000000.100000000"   # no float noise
+    assert ns_from_text("1305031102.175304") == 1_305_031_102_175_304_000 and ns_from_text("1e3") == 10**12
+    for bad in ("abc", "nan", "inf"):
+        with pytest.raises(ValueError):
+            ns_from_text(bad)
 
 
 def test_ply_header_and_round_trip(tmp_path):

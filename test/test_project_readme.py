@@ -189,3 +189,23 @@ def test_the_readme_reference_table_is_the_generated_one(tmp_path):
     region = text[text.index(reference.BEGIN):text.index(reference.END) + len(reference.END)]
     assert region == done.stdout.strip(), "README's reference is stale: python -m lingbot_ros.ros.reference " \
                                           "--update README.md"
+
+
+@pytest.mark.parametrize("package", ["mapping", "ros"])
+def test_the_readme_layout_has_one_line_per_module(package):
+    """The README's table of lingbot_ros/<package> names every module file once, each saying what
+    it owns, and no module that is gone."""
+    text = README.read_text()
+    heading = f"`lingbot_ros/{package}`, one job per module:"
+    assert heading in text, f"README has no '{heading}' table"
+    rows = []
+    for line in text[text.index(heading) + len(heading):].lstrip("\n").splitlines():
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    listed = [row[0].strip("`") for row in rows[2:]]   # after the header and its rule
+    assert all(len(row) == 2 and row[1] for row in rows[2:]), rows
+    modules = sorted(p.name for p in (REPO / "lingbot_ros" / package).glob("*.py") if p.name != "__init__.py")
+    missing, stale = sorted(set(modules) - set(listed)), sorted(set(listed) - set(modules))
+    assert sorted(listed) == modules, f"README's lingbot_ros/{package} table: missing {missing}, stale {stale} " \
+                                      "(or a module listed twice)"

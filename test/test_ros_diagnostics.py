@@ -78,7 +78,7 @@ def test_a_model_failure_is_an_error_then_ok_and_outranks_a_drop():
     report = camera.tick(1.0, processed=8, failed=1, dropped=1)
     assert report.level == ERROR
     assert [level for level, _ in report.reasons] == [ERROR, WARN]
-    assert report.message("reset: model error").startswith(
+    assert report.message("restarted: model error").startswith(
         "model failed on 1 frame in the last 1.0 s (stream restarted); 1 frame dropped")
     for t in (2.0, 3.0):
         assert camera.tick(t).level == ERROR

@@ -220,7 +220,7 @@ def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite
     assert saved.success, saved.message
     xyz, _ = read_ply(saved.ply_path)
     assert len(xyz) and np.isfinite(xyz).all()
-    poses = [c2w for _, c2w, _ in read_tum(saved.tum_path)]
+    poses = [pose for _, pose, _ in read_tum(saved.tum_path)]
     assert len(poses) == 6 and np.isfinite(np.array(poses)).all()
     interrupt_and_check_exit(ros, node)
 

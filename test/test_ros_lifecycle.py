@@ -53,7 +53,7 @@ def test_lifecycle_cycles_resume_exactly_and_release_everything(ros, tiny, share
         ros.transition(T.TRANSITION_ACTIVATE, "active")
         camera.send(5)
         first = processed(5)
-        assert first.keyframes == 5 and first.resets == 0 and first.state == MapStatus.STATE_TRACKING
+        assert first.keyframes == 5 and first.restarts == 0 and first.state == MapStatus.STATE_TRACKING
         poses_before = len(ros.poses)
 
         ros.transition(T.TRANSITION_DEACTIVATE, "inactive")
@@ -72,8 +72,8 @@ def test_lifecycle_cycles_resume_exactly_and_release_everything(ros, tiny, share
         ros.transition(T.TRANSITION_ACTIVATE, "active")
         camera.send(4)
         resumed = processed(9)
-        # No warm-up, no reset: the stream went on where it stopped.
-        assert resumed.keyframes == 9 and resumed.resets == 0, resumed.state_text
+        # No warm-up, no restart: the stream went on where it stopped.
+        assert resumed.keyframes == 9 and resumed.restarts == 0, resumed.state_text
         stamps = ros.pose_stamps(4, start=poses_before)
         assert len(stamps) == 4 and stamps == sorted(stamps)
         one_of_each(f"cycle {cycle}, active again")

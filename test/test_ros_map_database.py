@@ -73,7 +73,7 @@ def reference_run(fixture, bag, stop: int, count: int, directory):
     for number, item in zip(range(count), open_source(str(bag))):
         if number == stop:
             mapper.new_window()
-        mapper.process(InputFrame(rgb=item.rgb, stamp_ns=round(item.stamp_s * 1e9)))
+        mapper.process(InputFrame(rgb=item.rgb, stamp_ns=item.stamp_ns))
     mapper.save(directory)
     mapper.close()
 
@@ -116,11 +116,12 @@ def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny,
 
     fixture, bag = tiny
     database = tmp_path / "map.db"
-    node = ros.start_node(fixture, *SETTINGS, f"map_database:={database}", "map_database_commit_s:=0.2")
+    node = ros.start_node(fixture, *SETTINGS, f"map_database:={database}", "map_database_commit_s:=0.2",
+                          "map_database_continuation_s:=0.5")
     ros.wait(lambda: ros.statuses, "the node's first status")
     player = ros.start("replay", ["-m", "lingbot_ros.tools.replay", str(bag), "--rate", "4", "--duration", "4.0",
                                   "--wait-for-subscribers", "20", "--wait-for-node", "/map_node", "--quiet"])
-    kill_at = random.Random(seed).randint(6, 30)
+    kill_at = random.Random(seed).randint(8, 30)   # past the first continuation, committed
     ros.wait(lambda: ros.statuses and ros.statuses[-1].frames_processed >= kill_at, f"frame {kill_at}", 120)
     node.send_signal(signal.SIGKILL)
     node.wait()
@@ -132,12 +133,17 @@ def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny,
     conn.close()
     assert keys and keys == list(range(len(keys))), "the committed frames are not a prefix of the stream"
     stored = len(keys)
-    node = restart_with_resume(ros, fixture, database, f"resumed run 1 (crashed) at frame {stored}")
+    # Its first continuation was stored once window 0 had placed overlap_size frames (phase 1 of
+    # 3 frames, then one more), the later ones at most every 0.5 s.
+    node = restart_with_resume(ros, fixture, database, f"resumed run 1 (crashed) at frame {stored}: window ")
+    assert "aligns to its stored frames" in ros.statuses[-1].state_text
     player = ros.start("replay", ["-m", "lingbot_ros.tools.replay", str(bag), "--rate", "4",
                                   "--start", f"{stored / 10 - 0.05:.2f}", "--duration", f"{(40 - stored) / 10:.1f}",
                                   "--wait-for-subscribers", "20", "--wait-for-node", "/map_node", "--quiet"])
     assert player.wait(240) == 0, ros.output(player)
     ros.wait(lambda: ros.settled_with(40 - stored), f"frames {stored}-39 processed", timeout=120)
+    assert any(f"resumed run 1 (crashed) at frame {stored}, window" in s.state_text and
+               "aligned with overlap error" in s.state_text for s in ros.statuses)
     saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "node")))
     assert saved.success, saved.message
     interrupt_and_check_exit(ros, node)

@@ -22,10 +22,9 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
-from helpers import stamp_ns, wait_until  # noqa: E402
+from helpers import stamp_ns, unpack_points, wait_until  # noqa: E402
 
 from lingbot_ros.mapping.trajectory import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
-from lingbot_ros.ros import messages  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 
@@ -187,7 +186,7 @@ def test_depth_confidence_camera_info_and_map_outputs(live):
     # ~/map: the latched accumulated cloud, stamped with the last image, every keyframe merged.
     cloud = wait(lambda: next((m for m in reversed(env.received["map"])
                                if stamp_ns(m.header) == stamps[-1]), None), "a map after frame 4")
-    xyz, rgb = messages.unpack_points(cloud)
+    xyz, rgb = unpack_points(cloud)
     assert cloud.header.frame_id == "map" and cloud.width == len(xyz) > 0
     np.testing.assert_array_equal(xyz, env.node.mapper.map_points()[0])
 
@@ -205,11 +204,11 @@ def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(liv
 
     monkeypatch.setattr(session, "step", fail_once)
     env.send(10.4)
-    failed = env.status(lambda s: s.frames_failed == 1 and s.resets == 1, "the status after the reset")
+    failed = env.status(lambda s: s.frames_failed == 1 and s.restarts == 1, "the status after the restart")
     assert "model failed on the frame stamped 10.400: RuntimeError: CUDA out of memory (simulated)" \
         in failed.last_error
-    assert failed.state == MapStatus.STATE_RESET and failed.state_text == "reset: model error"
-    assert failed.keyframes == 0 and failed.resets == 1
+    assert failed.state == MapStatus.STATE_RESTARTED and failed.state_text == "restarted: model error"
+    assert failed.keyframes == 0 and failed.restarts == 1
     assert "stream restarted, continuing" in capfd.readouterr().err
 
     env.send(10.5)
@@ -219,13 +218,13 @@ def test_model_failure_on_one_frame_is_reported_and_the_next_frame_processed(liv
     assert env.node.mapper.snapshot.trajectory_poses == 4      # the map and trajectory carried on
 
 
-def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
+def test_cache_cap_restarts_keeps_the_map_and_announces_it(live, capfd):
     env = live(max_keyframes=4, long_run_policy="reset")
     for i in range(4):
         env.send(10 + 0.1 * i, shift_px=8 * i)
     reason = "cache cap: 4 keyframes stored (max_keyframes=4)"
-    capped = env.status(lambda s: s.resets == 1, "a status after the cap")
-    assert capped.state == MapStatus.STATE_RESET and capped.state_text == f"reset: {reason}"
+    capped = env.status(lambda s: s.restarts == 1, "a status after the cap")
+    assert capped.state == MapStatus.STATE_RESTARTED and capped.state_text == f"restarted: {reason}"
     assert capped.keyframes == 0 and capped.frames_processed == 4
     assert f"stream restarted (map continues from the last pose): {reason}" in capfd.readouterr().err
     map_points = len(env.node.mapper.map_points()[0])
@@ -235,21 +234,21 @@ def test_cache_cap_resets_keeps_the_map_and_announces_it(live, capfd):
         env.send(10.4 + 0.1 * i, shift_px=8 * i)
     tracking = env.status(lambda s: s.frames_processed == 7, "tracking again")
     assert tracking.state == MapStatus.STATE_TRACKING and tracking.keyframes == 3
-    assert tracking.resets == 1 and tracking.frames_failed == 0
+    assert tracking.restarts == 1 and tracking.frames_failed == 0
     assert env.node.mapper.snapshot.trajectory_poses == 7 and len(env.node.mapper.map_points()[0]) >= map_points
 
 
-def test_stamp_gap_and_backward_jump_reset_the_stream(live, capfd):
+def test_stamp_gap_and_backward_jump_restart_the_stream(live, capfd):
     env = live(max_stamp_gap_s=1.0)
     for i in range(4):
         env.send(10 + 0.1 * i, shift_px=8 * i)
     env.send(20.0)                                       # 9.7 s after the last frame
-    gap = env.status(lambda s: s.resets == 1, "the reset on the gap")
+    gap = env.status(lambda s: s.restarts == 1, "the restart on the gap")
     assert gap.state_text == ("initialising 1/3 (restarted: gap of 9.700 s between image stamps "
                               "(max_stamp_gap_s=1))")
     assert env.node.mapper.snapshot.trajectory_poses == 0 and len(env.node.mapper.map_points()[0]) == 0
     env.send(5.0)                                        # a looped bag
-    back = env.status(lambda s: s.resets == 2, "the reset on the backward stamp")
+    back = env.status(lambda s: s.restarts == 2, "the restart on the backward stamp")
     assert back.state_text == "initialising 1/3 (restarted: image stamp went back by 15.000 s (bag looped?))"
     last = env.status(lambda s: s.frames_processed == 5, "the frame at 20 s placed, the one at 5 s buffered")
     assert last.state == MapStatus.STATE_INITIALISING and last.init_frames == 1

@@ -19,12 +19,13 @@ from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
-from helpers import BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, RZ90, H, rigid, wait_until  # noqa: E402
+from helpers import (BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, RZ90, H, rigid,  # noqa: E402
+                     transform_matrix, wait_until)
 
-from lingbot_ros.ros.tf import TfOutput  # noqa: E402
-from lingbot_ros.ros.tf_conflicts import TfConflictWatch  # noqa: E402
+from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
+from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
 from lingbot_ros.ros.tf_lookup import TfLookup  # noqa: E402
-from lingbot_ros.ros.tf_messages import TF_QOS, TF_STATIC_QOS, transform_matrix, transform_stamped  # noqa: E402
+from lingbot_ros.ros.tf_output import TfConflictWatch, TfOutput  # noqa: E402
 
 pytestmark = pytest.mark.ros
 TIMEOUT = 20.0
@@ -271,12 +272,12 @@ def test_a_child_already_in_the_static_tree_is_refused_at_start(ros):
 
 def test_the_raw_tf_filter_skips_other_frames_without_deserialising_and_finds_ours(ros, monkeypatch):
     from rclpy.serialization import serialize_message
-    from lingbot_ros.ros import tf_conflicts
+    from lingbot_ros.ros import tf_output
 
     watch = TfConflictWatch(ros.node("mapper"), ["odom"])
     decoded = []
-    real = tf_conflicts.deserialize_message
-    monkeypatch.setattr(tf_conflicts, "deserialize_message", lambda data, kind: decoded.append(1) or real(data, kind))
+    real = tf_output.deserialize_message
+    monkeypatch.setattr(tf_output, "deserialize_message", lambda data, kind: decoded.append(1) or real(data, kind))
     no_gid = {"publisher_gid": None}
     # Other robots' trees: names that contain ours, and ours as a parent only.
     for edges in ((("world", "robot2/odom", np.eye(4), stamp(5)),), (("odom2", "odomx", np.eye(4), stamp(5)),)):

@@ -5,10 +5,10 @@ import pytest
 
 pytest.importorskip("rclpy")
 from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
-from lingbot_ros.ros.tf_messages import transform_matrix, transform_stamped  # noqa: E402
-from lingbot_ros.ros.tf_static import StaticTree  # noqa: E402
+from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
+from lingbot_ros.ros.tf_lookup import StaticTree  # noqa: E402
 
-from helpers import BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL, OPTICAL_BASE, RZ90, rigid  # noqa: E402
+from helpers import BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL, OPTICAL_BASE, RZ90, rigid, transform_matrix  # noqa: E402
 
 
 def robot_tree() -> StaticTree:
@@ -57,7 +57,9 @@ def test_the_newest_transform_of_a_child_wins():
     tree = robot_tree()
     tree.set("base_link", "camera_link", rigid(np.eye(3), (1.0, 2.0, 3.0)))   # a recalibrated mount
     np.testing.assert_allclose(tree.lookup("base_link", "camera_link"), rigid(np.eye(3), (1.0, 2.0, 3.0)))
-    assert tree.parent_of("camera_link") == "base_link"
+    # The chain below it goes through the new mount: (1, 2, 3) + (0.02, -0.03, 0).
+    np.testing.assert_allclose(tree.lookup("base_link", "camera_optical_frame"), rigid(OPTICAL, (1.02, 1.97, 3.0)),
+                               atol=1e-12)
 
 
 def test_unconnected_or_unknown_frames_give_none_and_say_why():

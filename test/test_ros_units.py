@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import yaml
 
+from helpers import unpack_points
+
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray
 from lingbot_ros.mapping.records import InputFrame
@@ -81,7 +83,7 @@ def test_pointcloud2_layout():
     assert not msg.is_bigendian and msg.is_dense and len(msg.data) == 32
     raw = np.frombuffer(bytes(msg.data), np.uint32).reshape(2, 4)
     assert raw[0, 3] == 0xFF000A and raw[1, 3] == 0x010203
-    back_xyz, back_rgb = messages.unpack_points(msg)
+    back_xyz, back_rgb = unpack_points(msg)
     np.testing.assert_array_equal(back_xyz, xyz)
     np.testing.assert_array_equal(back_rgb, rgb)
 
@@ -226,8 +228,6 @@ def test_motion_policy_keeps_moving_frames_only():
 
 
 def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
-    from types import SimpleNamespace
-
     from builtin_interfaces.msg import Time
 
     from lingbot_ros.mapping.robot import RobotFrames
@@ -237,9 +237,7 @@ def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
 
     trajectory = Trajectory()
     conversion = RobotFrames(MapperSettings()).first_stream()[1].conversion
-    class Mapper:   # the two verbs PathCache uses
-        snapshot = property(lambda self: SimpleNamespace(trajectory_poses=len(trajectory)))
-
+    class Mapper:   # the verb PathCache uses
         def path_poses(self, count=None):
             return [(e, conversion) for e in trajectory.newest(len(trajectory) if count is None else count)]
     path = PathCache(Mapper(), "map", max_length=3)
@@ -247,9 +245,7 @@ def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
         pose = np.eye(4)
         pose[:3, 3] = (float(index), 0.0, 0.0)   # internal frame: map axes, model units
         # A stamp float seconds cannot hold exactly (ns at epoch ~1.7e9 s).
-        source = Time(sec=1_700_000_000 + index, nanosec=123_456_789)
-        trajectory.append(source.sec + source.nanosec * 1e-9, pose, key=index)
-        path.add(SimpleNamespace(index=index, frame=SimpleNamespace(source=source)))
+        trajectory.append((1_700_000_000 + index) * 10**9 + 123_456_789, pose, key=index)
     first = path.message(Time()).poses
     assert [p.header.stamp.sec - 1_700_000_000 for p in first] == [1, 2, 3]
     assert all(p.header.stamp.nanosec == 123_456_789 for p in first)

@@ -92,10 +92,10 @@ def bag_stamps(bag) -> list[int]:
     [start, start + duration)), read from the bag itself."""
     typestore = get_typestore(Stores.ROS2_KILTED)
     with Reader(bag) as reader:
-        t0 = reader.start_time + int(START_S * 1e9)
+        t0 = reader.start_time + round(START_S * 1e9)
         stamps = []
         for connection, timestamp, raw in reader.messages():
-            if connection.topic == TOPIC and t0 <= timestamp < t0 + int(DURATION_S * 1e9):
+            if connection.topic == TOPIC and t0 <= timestamp < t0 + round(DURATION_S * 1e9):
                 stamp = typestore.deserialize_cdr(raw, connection.msgtype).header.stamp
                 stamps.append(stamp.sec * 10**9 + stamp.nanosec)
     return stamps

@@ -4,10 +4,11 @@ Folder of images, video file, rosbag2, camera device, synthetic pattern. Image f
 messages decode through :mod:`lingbot_ros.io.image_codec`, the node's own decoder, so a bag or a
 folder gives the pixels the node would get from the same messages.
 
-Every source is an iterable of :class:`Frame` ``(stamp_s, rgb)`` with ``rgb`` a uint8
-``[H, W, 3]`` RGB array. Iterating opens the underlying file or device and the generator closes
-it when exhausted or closed (``contextlib.closing`` when breaking out early). ``num_frames`` is
-the frame count when known up front, else None (cameras, endless synthetic, some videos).
+Every source is an iterable of :class:`Frame` ``(stamp_ns, rgb)`` with ``stamp_ns`` integer
+nanoseconds and ``rgb`` a uint8 ``[H, W, 3]`` RGB array. Iterating opens the underlying file or
+device and the generator closes it when exhausted or closed (``contextlib.closing`` when breaking
+out early). ``num_frames`` is the frame count when known up front, else None (cameras, endless
+synthetic, some videos).
 
 :func:`open_source` picks the source from a spec string; see its docstring for the rules.
 """
@@ -66,15 +67,21 @@ def _undecodable(on_undecodable, error: FrameDecodeError, cause: ImageDecodeErro
 
 
 class Frame(NamedTuple):
-    stamp_s: float      # seconds (header stamp for bags, capture clock for cameras)
+    stamp_ns: int       # integer nanoseconds (header stamp for bags, capture clock for cameras)
     rgb: np.ndarray     # [H, W, 3] uint8 RGB
 
 
-class FolderSource:
-    """Image files of a folder in sorted name order, stamped ``start_s + i / rate_hz``."""
+def rate_stamp_ns(i: int, rate_hz: float) -> int:
+    """Frame ``i``'s stamp at ``rate_hz`` from 0, in whole nanoseconds (``i`` times a float period
+    would add up its rounding)."""
+    return round(i * 1_000_000_000 / rate_hz)
 
-    def __init__(self, folder: str | Path, rate_hz: float = DEFAULT_RATE_HZ, start_s: float = 0.0,
-                 strict_jpeg: bool = True, on_undecodable=None):
+
+class FolderSource:
+    """Image files of a folder in sorted name order, stamped ``i / rate_hz``."""
+
+    def __init__(self, folder: str | Path, rate_hz: float = DEFAULT_RATE_HZ, strict_jpeg: bool = True,
+                 on_undecodable=None):
         folder = Path(folder)
         if not folder.is_dir():
             raise SourceNotFoundError(f"image folder {folder} does not exist")
@@ -83,7 +90,7 @@ class FolderSource:
         self.files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not self.files:
             raise EmptySourceError(f"folder {folder} holds no {'/'.join(IMAGE_SUFFIXES)} images")
-        self.rate_hz, self.start_s = float(rate_hz), float(start_s)
+        self.rate_hz = float(rate_hz)
         self.strict_jpeg, self.on_undecodable = strict_jpeg, on_undecodable
         self.num_frames: int | None = len(self.files)
         self.description = f"folder {folder} ({len(self.files)} images at {rate_hz:g} Hz)"
@@ -95,7 +102,7 @@ class FolderSource:
             except ImageDecodeError as err:
                 _undecodable(self.on_undecodable, FrameDecodeError(f"image {path}: {err}"), err)
                 continue
-            yield Frame(self.start_s + i / self.rate_hz, rgb)
+            yield Frame(rate_stamp_ns(i, self.rate_hz), rgb)
 
 
 class VideoSource:
@@ -132,7 +139,7 @@ class VideoSource:
                 ok, bgr = capture.read()
                 if not ok:
                     return
-                yield Frame(i / self.rate_hz, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+                yield Frame(rate_stamp_ns(i, self.rate_hz), cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
                 i += 1
         finally:
             capture.release()
@@ -154,10 +161,10 @@ class CameraSource:
         try:
             while True:
                 ok, bgr = capture.read()
-                stamp_s = time.time()
+                stamp_ns = time.time_ns()
                 if not ok:
                     return
-                yield Frame(stamp_s, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+                yield Frame(stamp_ns, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
         finally:
             capture.release()
 
@@ -197,7 +204,7 @@ class SyntheticSource:
     def __iter__(self) -> Iterator[Frame]:
         i = 0
         while self.num_frames is None or i < self.num_frames:
-            yield Frame(i / self.rate_hz, self.frame(i))
+            yield Frame(rate_stamp_ns(i, self.rate_hz), self.frame(i))
             i += 1
 
 
@@ -262,7 +269,7 @@ class BagSource:
                     _undecodable(self.on_undecodable, FrameDecodeError(
                         f"bag {self.path} topic {self.topic} message {index}: {err}"), err)
                     continue
-                yield Frame(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, rgb)
+                yield Frame(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec, rgb)
 
 
 def open_source(spec: str, rate_hz: float | None = None, topic: str | None = None,

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .preview import preview_png
+from .stamps import ns_from_text, seconds_text
 from .trajectory import Trajectory, quaternion_to_rotation, rotation_to_quaternion
 
 # One vertex record of the PLY files written here: 15 bytes, little-endian, no padding.
@@ -126,17 +127,18 @@ def tum_bytes(trajectory: Trajectory) -> bytes:
     """``timestamp tx ty tz qx qy qz qw`` per pose, one line each (the Mapper's trajectory.tum:
     the robot base in ``map``).
 
-    This is the TUM RGB-D benchmark format that evo and the TUM tools read. Stamps are written
-    in seconds with microsecond digits: a float64 of Unix-epoch seconds resolves ~0.24 us, so
-    nanosecond digits would print rounding noise (1700000000.099999905 for .1 s).
+    This is the TUM RGB-D benchmark format that evo and the TUM tools read. The integer-ns stamps
+    are written as seconds with microsecond digits, exactly (no float in between): evo and the TUM
+    tools read a stamp as a float64, which resolves only ~0.24 us at Unix-epoch seconds.
     """
     lines = []
-    for stamp_s, c2w, _ in trajectory:
-        if not np.isfinite(c2w).all():
-            raise ValueError(f"non-finite pose at {stamp_s:.6f}: trajectory not written")
-        qx, qy, qz, qw = rotation_to_quaternion(c2w[:3, :3])
-        tx, ty, tz = c2w[:3, 3]
-        lines.append(f"{stamp_s:.6f} {tx:.9g} {ty:.9g} {tz:.9g} "
+    for stamp_ns, pose, _ in trajectory:
+        stamp = seconds_text(stamp_ns, 6)
+        if not np.isfinite(pose).all():
+            raise ValueError(f"non-finite pose at {stamp}: trajectory not written")
+        qx, qy, qz, qw = rotation_to_quaternion(pose[:3, :3])
+        tx, ty, tz = pose[:3, 3]
+        lines.append(f"{stamp} {tx:.9g} {ty:.9g} {tz:.9g} "
                      f"{qx:.9g} {qy:.9g} {qz:.9g} {qw:.9g}\n")
     return "".join(lines).encode("ascii")
 
@@ -151,17 +153,16 @@ def read_tum(path: str | Path) -> Trajectory:
         if len(fields) != 8:
             raise ValueError(f"{path}:{line_number}: expected 8 fields "
                              f"'timestamp tx ty tz qx qy qz qw', got {len(fields)}")
-        stamp_s, tx, ty, tz, qx, qy, qz, qw = map(float, fields)
-        c2w = np.eye(4)
-        c2w[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
-        c2w[:3, 3] = (tx, ty, tz)
-        trajectory.append(stamp_s, c2w)
+        try:
+            stamp_ns = ns_from_text(fields[0])
+        except ValueError as error:
+            raise ValueError(f"{path}:{line_number}: {error}") from None
+        tx, ty, tz, qx, qy, qz, qw = map(float, fields[1:])
+        pose = np.eye(4)
+        pose[:3, :3] = quaternion_to_rotation(np.array([qx, qy, qz, qw]))
+        pose[:3, 3] = (tx, ty, tz)
+        trajectory.append(stamp_ns, pose)
     return trajectory
-
-
-def write_windows(path: str | Path, records) -> None:
-    """``windows_bytes`` written safely to ``path``."""
-    write_files({Path(path): windows_bytes(records)})
 
 
 def windows_bytes(records) -> bytes:
@@ -190,7 +191,7 @@ def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, tra
     directory.mkdir(parents=True, exist_ok=True)
     ply, tum = directory / "map.ply", directory / "trajectory.tum"
     files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory),
-             directory / "preview.png": preview_png(xyz, trajectory.c2w()[:, :3, 3], units=units)}
+             directory / "preview.png": preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
     if windows is not None:
         files[directory / "windows.csv"] = windows_bytes(windows)
     write_files(files)

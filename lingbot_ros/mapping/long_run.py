@@ -3,7 +3,8 @@
 ``reset``: restart when the keyframes stored since the stream began reach ``max_keyframes`` (the
 3D RoPE's trained range is 1024) or the cache memory reaches ``max_cache_mb``; the map continues
 from the last pose. ``none``: never (the cost per frame grows with the special tokens kept).
-The windowed policy does not restart a stream; it lives in windowed.py.
+The windowed policy does not restart a stream (a window switch is not a restart); it lives in
+live_windows.py.
 """
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from .settings import MapperSettings
 
 
 class NoRestarts:
-    def reset(self) -> None:
-        pass
-
     def restart_reason(self, stats: dict) -> str | None:
         return None
 

@@ -18,19 +18,23 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
                     in-memory size on disk; a new pitch (the metric scale became known) is one
     finished_streams (run): with ``scale_source odometry``, the streams a restart that kept the map
                     ended, as MapStore holds them in ``map`` (map_store.py): the voxel map's state
-                    and the base poses; the tables above then hold the live stream only
-    continuations   (run): what a resumed run continues from after a clean end: the window number, the
-                    next frame index, the stream's placement in the internal frame and its window's
-                    provisional frames (index, keyframe; their points are the provisional inserts)
-    overlap_frames  (run, seq): the window's last ``ov`` frames at a clean end: the decoded image as
-                    received (lossless), the window's warped result the next window aligns to (pose
+                    and the base poses (keys, stamps_ns, poses); the tables above then hold the live
+                    stream only
+    continuations   (run): what a resumed run continues from (map_resume.py), stored at a clean end and
+                    while mapping: the window number, the next frame index, the stream's placement in
+                    the internal frame, its window's provisional frames (index, points stored;
+                    their points are the provisional inserts) and its scale state and odometry
+                    (robot.StreamFrames.stored); replaced whole each time
+    overlap_frames  (run, seq): the continuation's frames, the window's newest ``ov``: the decoded image
+                    as received (lossless), the window's warped result the next window aligns to (pose
                     encoding, depth, keyframe flag)
 
 The map is stored as its inputs, not its voxels: replaying the inserts into an empty VoxelMap of
 the run's voxel size and bound gives the in-memory map bit for bit (the voxel map is a
 deterministic function of its inserts), and the conversion into ``map`` is applied on the way
 out, as ``Mapper.save`` does. Provisional points (a windowed run's last frames, when the run ended
-cleanly) are inserts with ``provisional = 1``, replayed into a copy as ``Mapper.map_points`` does.
+cleanly) are inserts with ``provisional = 1``, replayed into a copy as ``Mapper.map_points`` does;
+a checkpoint keeps them (their continuation replaces them).
 
 One process writes at a time: the writer holds an exclusive ``flock`` on ``<db>-writer.lock``
 (which also says a run without an end is dead, not running, when the next writer marks it

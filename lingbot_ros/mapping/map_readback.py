@@ -55,7 +55,8 @@ def replay_voxel_map(conn: sqlite3.Connection, run: int, voxel_size: float, max_
         voxel_map.restore(state)
     provisional = []
     for xyz, rgb, is_provisional in conn.execute(
-            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND seq > ? ORDER BY seq", (run, upto)):
+            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND (seq > ? OR provisional = 1) "
+            "ORDER BY seq", (run, upto)):
         if is_provisional and not provisional_as_final:
             provisional.append((blob_array(xyz), blob_array(rgb)))
             continue
@@ -88,8 +89,8 @@ def load_finished(conn: sqlite3.Connection, run: int, max_points: int, max_poses
     voxel_map = VoxelMap(float(state["voxel_size_m"]), max_points)
     voxel_map.restore(state)
     trajectory = Trajectory(max_poses)
-    for key, stamp_s, pose in zip(poses["keys"].tolist(), poses["stamps_s"].tolist(), poses["poses"]):
-        trajectory.append(stamp_s, pose, key=key)
+    for key, stamp_ns, pose in zip(poses["keys"].tolist(), poses["stamps_ns"].tolist(), poses["poses"]):
+        trajectory.append(stamp_ns, pose, key=key)
     return voxel_map, trajectory
 
 
@@ -107,15 +108,15 @@ def load_run(conn: sqlite3.Connection, info: RunInfo) -> StoredRun:
         mount = rigid_inverse(frames.camera_base)
         for entry in finished[1]:
             entries.append(entry)
-            positions.append((entry.c2w @ mount)[:3, 3])
+            positions.append((entry.pose @ mount)[:3, 3])
     for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
                                               (info.id,)):
         internal = np.frombuffer(pose, np.float64).reshape(4, 4)
-        entries.append((stamp_ns / 1e9, frames.base_pose(internal), index))
+        entries.append((stamp_ns, frames.base_pose(internal), index))
         positions.append(frames.camera_pose(internal)[:3, 3])
     trajectory = Trajectory(max_poses)
-    for stamp_s, pose, key in entries[-max_poses:]:
-        trajectory.append(stamp_s, pose, key=key)
+    for stamp_ns, pose, key in entries[-max_poses:]:
+        trajectory.append(stamp_ns, pose, key=key)
     positions = positions[-max_poses:]
     windows = None
     if info.settings["long_run_policy"] == "windowed":

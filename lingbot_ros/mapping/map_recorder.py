@@ -7,9 +7,11 @@
     pitch(voxel_size)              the live voxel map was resampled at a new pitch (MapStore)
     stream_ended(map, poses)       an ended stream joined the finished part, in map (MapStore)
     sync(records, conversion, mount)   after every verb: the window records and the conversion into map
+    continuation(c, points)        what a resumed run continues from (window, next index, placement,
+                                   overlap frames, provisional frames) and the provisional keyframes'
+                                   points, replacing the last one (None: the stream it was of ended)
     commit()                       commit now (a save; tests)
-    close(provisional, continuation)   the Mapper is done (a clean end): provisional keyframes' points and
-                                   what a resumed run continues from (window, next index, placement, overlap)
+    close()                        the Mapper is done (a clean end)
 
 Each call is a queue put for the writer thread (map_writer.py); with ``map_database`` empty the
 Mapper holds a ``NoRecorder`` whose calls do nothing.
@@ -27,7 +29,7 @@ from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, PITC
 class NoRecorder:
     """``map_database`` empty: nothing is stored."""
 
-    text, failure = "off", ""
+    text, failure, active = "off", "", False
 
     def frame(self, output, window: int, final: bool) -> None: ...
     def removed(self, index: int) -> None: ...
@@ -36,8 +38,9 @@ class NoRecorder:
     def pitch(self, voxel_size: float) -> None: ...
     def stream_ended(self, finished_map, finished_poses) -> None: ...
     def sync(self, records, conversion, mount) -> None: ...
+    def continuation(self, continuation, points=()) -> None: ...
     def commit(self, timeout: float = 60.0) -> bool: return False
-    def close(self, provisional=(), continuation=None) -> None: ...
+    def close(self) -> None: ...
 
 
 class MapRecorder:
@@ -54,6 +57,10 @@ class MapRecorder:
     def failure(self) -> str:
         return self.writer.failure
 
+    @property
+    def active(self) -> bool:
+        return not self.writer.failure
+
     def frame(self, output, window: int, final: bool) -> None:
         self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
                          final))
@@ -65,7 +72,7 @@ class MapRecorder:
         self.writer.put((CLEARED,))
 
     def points(self, xyz, rgb) -> None:
-        self.writer.put((POINTS, xyz, rgb, False))
+        self.writer.put((POINTS, xyz, rgb))
 
     def pitch(self, voxel_size: float) -> None:
         self.writer.put((PITCH, voxel_size))
@@ -76,8 +83,8 @@ class MapRecorder:
         state["voxel_size_m"] = np.float64(finished_map.voxel_size_m)
         entries = list(finished_poses)
         poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
-                 "stamps_s": np.array([e.stamp_s for e in entries], np.float64).reshape(-1),
-                 "poses": np.array([e.c2w for e in entries], np.float64).reshape(-1, 4, 4)}
+                 "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
+                 "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)}
         self.writer.put((FINISHED, state, poses))
 
     def sync(self, records, conversion, mount) -> None:
@@ -96,11 +103,10 @@ class MapRecorder:
         """Commit what was told so far (a save, a test); True once it is on disk."""
         return self.writer.commit(timeout)
 
-    def close(self, provisional=(), continuation=None) -> None:
-        for xyz, rgb in provisional:
-            self.writer.put((POINTS, xyz, rgb, True))
-        if continuation is not None:
-            self.writer.put((CONTINUATION, *continuation))
+    def continuation(self, continuation, points=()) -> None:
+        self.writer.put((CONTINUATION, continuation, list(points)))
+
+    def close(self) -> None:
         self.writer.close()
 
 

@@ -1,13 +1,20 @@
 """Resume: the map database's last run as the state a new Mapper continues (``resume`` setting).
 
-After a clean end the run holds its continuation (the window number, the next frame index, the
-stream's placement) and its window's last ``ov`` frames (the decoded images as received and the
-window's results for them): the new Mapper's first frame starts the next window, which runs those
-frames again and is aligned to their stored results, exactly as a live switch (``new_window``)
-aligns two windows. A run without a continuation (it crashed, or was not windowed) continues from
-its last pose with a new stream, as a restart that keeps the map does; so does a run with
-``scale_source odometry`` (each stream keeps its own scale: the stored live stream joins the
-finished part, converted once with its stored conversion).
+A windowed run stores its continuation (the window number, the next frame index, the stream's
+placement, its provisional frames) and its window's newest ``ov`` frames (the decoded images as
+received and the window's results for them) at a clean end and, while mapping, at most every
+``map_database_continuation_s``; a new stream drops it. The new Mapper's first frame starts the
+next window, which runs those frames again and is aligned to their stored results, exactly as a
+live switch (``new_window``) aligns two windows. After a clean end that is the stored run going
+on exactly; after a crash the continuation may be older than the last frames stored: the frames
+after it keep their stored poses (a provisional one's points are lost) and the new window aligns
+to the continuation's frames all the same. With ``scale_source odometry`` the
+continuation carries the stream's scale state and the odometry its frames read
+(StreamFrames.stored), so the stored stream goes on at its scale. A run without a usable
+continuation (not windowed, crashed before the first one, or a frame of it rolled back)
+continues from its last pose with a new stream, as a restart that keeps the map does (with
+``scale_source odometry`` the stored live stream then joins the finished part, converted once
+with its stored conversion, and the new one has a scale of its own).
 """
 from __future__ import annotations
 
@@ -56,6 +63,8 @@ class Resumed:
     placement: Placement | None
     overlap: list[tuple]            # (index, stamp_ns, rgb, StoredResult), oldest first
     provisional: dict               # the window's provisional frames: index -> (stamp_ns, points or None)
+    carried: dict                   # the stream's scale state and odometry (StreamFrames.stored)
+    stale: str = ""                 # why the stored continuation cannot be used ('' if it can or there is none)
 
 
 def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
@@ -83,18 +92,25 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
         trajectory = Trajectory(settings.max_trajectory_poses)
         for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
                                                   (info.id,)):
-            trajectory.append(stamp_ns / 1e9, np.frombuffer(pose, np.float64).reshape(4, 4), key=index)
+            trajectory.append(stamp_ns, np.frombuffer(pose, np.float64).reshape(4, 4), key=index)
         voxel_map, provisional_points = replay_voxel_map(conn, info.id, settings.map_voxel_size_m,
                                                          settings.max_map_points)
         records = load_run(conn, info).windows or []
         row = conn.execute("SELECT window, next_index, stream FROM continuations WHERE run = ?",
                            (info.id,)).fetchone()
         last = trajectory[-1].key if len(trajectory) else -1
-        window, placement, overlap, next_index, provisional = None, None, [], last + 1, {}
-        if row is not None:
-            window, next_index = row[0], row[1]
+        window, placement, overlap, next_index, provisional, carried = None, None, [], last + 1, {}, {}
+        stale = "" if row is None else _stale(conn, info.id)
+        if row is not None and not stale:
+            # After a crash the continuation may be older than the last frames and windows stored:
+            # the new window aligns to its frames all the same (their results are in the stream's
+            # frame) and takes the next number and index after everything stored.
+            window = max([row[0]] + [record.window for record in records])
+            next_index = max(row[1], last + 1)
             arrays = blob_arrays(row[2])
             placement = Placement(rotation=arrays["rotation"], translation=arrays["translation"])
+            carried = {name: value for name, value in arrays.items()
+                       if name not in ("rotation", "translation", "provisional")}
             stamps = dict(conn.execute("SELECT idx, stamp_ns FROM frames WHERE run = ? AND final = 0", (info.id,)))
             points = iter(provisional_points)   # the provisional inserts, one per provisional keyframe, in order
             for index, keyframe in arrays["provisional"].tolist():
@@ -109,7 +125,14 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
                 overlap.append((index, stamp_ns, blob_array(rgb), result))
         finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses)
         return Resumed(info.id, ending, trajectory, voxel_map, finished, conversion(info), records, info.mount,
-                       next_index, window,
-                       placement, overlap, provisional), ""
+                       next_index, window, placement, overlap, provisional, carried, stale), ""
     finally:
         conn.close()
+
+
+def _stale(conn, run: int) -> str:
+    """Why the stored continuation does not fit the stored frames ('' if it does): a frame it
+    aligns to was rolled back after it was stored (a crash before the next one)."""
+    missing = conn.execute("SELECT COUNT(*) FROM overlap_frames o WHERE o.run = ? AND NOT EXISTS "
+                           "(SELECT 1 FROM frames f WHERE f.run = o.run AND f.idx = o.idx)", (run,)).fetchone()[0]
+    return f"{missing} of the frames its continuation aligns to were rolled back" if missing else ""

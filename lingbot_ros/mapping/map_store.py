@@ -47,7 +47,7 @@ class MapStore:
     # -- poses -----------------------------------------------------------------------------------
 
     def add_pose(self, index: int, stamp_ns: int, internal_pose: np.ndarray) -> None:
-        self._poses.append(stamp_ns / 1e9, internal_pose, key=index)
+        self._poses.append(stamp_ns, internal_pose, key=index)
 
     def replace_pose(self, index: int, internal_pose: np.ndarray) -> None:
         self._poses.replace(index, internal_pose)
@@ -57,7 +57,7 @@ class MapStore:
 
     def internal_pose(self, index: int) -> np.ndarray:
         """The live stream's T_I_camera of frame ``index`` (searched from the newest)."""
-        return next(p.c2w for p in reversed(self._poses) if p.key == index)
+        return next(p.pose for p in reversed(self._poses) if p.key == index)
 
     def num_poses(self) -> int:
         return min(len(self._finished_poses) + len(self._poses), self.max_poses)
@@ -73,7 +73,7 @@ class MapStore:
         """T_M_base of every pose kept, oldest first."""
         out = Trajectory(self.max_poses)
         for entry, conv in self.newest_poses(self.max_poses, conversion):
-            out.append(entry.stamp_s, entry.c2w if conv is None else conv.base_pose(entry.c2w), key=entry.key)
+            out.append(entry.stamp_ns, entry.pose if conv is None else conv.base_pose(entry.pose), key=entry.key)
         return out
 
     # -- points ----------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ class MapStore:
             xyz, rgb = live.points()
             self._finished_map.insert(conversion.points(xyz), rgb)
         for entry in self._poses:
-            self._finished_poses.append(entry.stamp_s, conversion.base_pose(entry.c2w), key=entry.key)
+            self._finished_poses.append(entry.stamp_ns, conversion.base_pose(entry.pose), key=entry.key)
         self._recorder.stream_ended(self._finished_map, self._finished_poses)
         self._new_live()
 

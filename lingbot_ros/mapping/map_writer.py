@@ -80,8 +80,9 @@ class MapWriter:
     def put(self, event: tuple) -> None:
         if self.failure:
             return
-        if event[0] == POINTS:
-            self._queued_bytes += event[1].nbytes + event[2].nbytes
+        nbytes = _payload_bytes(event)
+        if nbytes:
+            self._queued_bytes += nbytes
             if self._queued_bytes - self._done_bytes > MAX_BACKLOG_BYTES:
                 self._fail(f"the disk fell behind by more than {MAX_BACKLOG_BYTES >> 20} MiB of points; "
                            "the rest of this run is not stored")
@@ -179,7 +180,7 @@ class MapWriter:
         conn, run = self._conn, self.run
         conn.execute("INSERT INTO frames SELECT ?, idx, stamp_ns, pose, keyframe, window, final FROM frames "
                      "WHERE run = ?", (run, source))
-        # Its provisional points stay out: the Mapper holds them until the next window finalises them.
+        # Its provisional points and continuation stay out: the Mapper holds them and stores its own.
         conn.execute("INSERT INTO map_inserts SELECT ?, seq, xyz, rgb, 0 FROM map_inserts WHERE run = ? "
                      "AND provisional = 0", (run, source))
         conn.execute("INSERT INTO map_checkpoints SELECT ?, upto_seq, state FROM map_checkpoints WHERE run = ?",
@@ -258,21 +259,17 @@ class MapWriter:
             self._replica = VoxelMap(self._voxel_size, self._replica.max_points)
             self._since_checkpoint = 0
         elif kind == POINTS:
-            _, xyz, rgb, provisional = event
+            _, xyz, rgb = event
             xyz_blob, rgb_blob = array_blob(xyz), array_blob(rgb)
-            self._seq["map_inserts"] += 1
-            seq = self._seq["map_inserts"]
-            conn.execute("INSERT INTO map_inserts VALUES (?, ?, ?, ?, ?)", (run, seq, xyz_blob, rgb_blob,
-                                                                            int(provisional)))
+            seq = self._insert_points(xyz_blob, rgb_blob, provisional=False)
             self._done_bytes += xyz.nbytes + rgb.nbytes
-            if not provisional:
-                try:
-                    self._replica.insert(xyz, rgb)
-                except VoxelRangeError:
-                    pass   # the Mapper's map raised and went on the same way
-                self._since_checkpoint += len(xyz_blob) + len(rgb_blob)
-                if self._since_checkpoint >= max(MIN_CHECKPOINT_BYTES, CHECKPOINT_RATIO * self._replica.nbytes()):
-                    self._checkpoint(seq)
+            try:
+                self._replica.insert(xyz, rgb)
+            except VoxelRangeError:
+                pass   # the Mapper's map raised and went on the same way
+            self._since_checkpoint += len(xyz_blob) + len(rgb_blob)
+            if self._since_checkpoint >= max(MIN_CHECKPOINT_BYTES, CHECKPOINT_RATIO * self._replica.nbytes()):
+                self._checkpoint(seq)
         elif kind == PITCH:   # the map resampled at its new pitch, as MapStore.set_pitch does
             old, self._replica = self._replica, VoxelMap(event[1], self._replica.max_points)
             if len(old):
@@ -291,24 +288,51 @@ class MapWriter:
             conn.execute("UPDATE runs SET scale = ?, scale_known = ?, mount = ?, origins = ? WHERE id = ?",
                          (float(scale), int(known), array_blob(np.asarray(mount, np.float64)),
                           array_blob(np.asarray(origins, np.float64)), run))
-        elif kind == CONTINUATION:
-            _, window, next_index, placement, overlap, provisional = event
-            conn.execute("INSERT OR REPLACE INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
+        elif kind == CONTINUATION:   # replaces the last one whole (None: the stream it was of ended)
+            _, continuation, points = event
+            for table in ("continuations", "overlap_frames"):
+                conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
+            conn.execute("DELETE FROM map_inserts WHERE run = ? AND provisional = 1", (run,))
+            self._done_bytes += _payload_bytes(event)
+            if continuation is None:
+                return
+            for xyz, rgb in points:
+                self._insert_points(array_blob(xyz), array_blob(rgb), provisional=True)
+            window, next_index, placement, overlap, provisional, carried = continuation
+            conn.execute("INSERT INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
                 {"rotation": placement.rotation, "translation": placement.translation,
-                 "provisional": np.array(provisional, np.int64).reshape(-1, 2)})))
-            conn.execute("DELETE FROM overlap_frames WHERE run = ?", (run,))
+                 "provisional": np.array(provisional, np.int64).reshape(-1, 2), **carried})))
             for seq, (index, stamp_ns, rgb, pose_enc, depth, keyframe) in enumerate(overlap):
                 conn.execute("INSERT INTO overlap_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
                     run, seq, index, stamp_ns, array_blob(rgb), array_blob(pose_enc), array_blob(depth), int(keyframe)))
         elif kind == END:
             conn.execute("UPDATE runs SET ending = ?, ended_ns = ? WHERE id = ?", (CLEAN, time.time_ns(), run))
 
+    def _insert_points(self, xyz_blob: bytes, rgb_blob: bytes, provisional: bool) -> int:
+        self._seq["map_inserts"] += 1
+        seq = self._seq["map_inserts"]
+        self._conn.execute("INSERT INTO map_inserts VALUES (?, ?, ?, ?, ?)",
+                           (self.run, seq, xyz_blob, rgb_blob, int(provisional)))
+        return seq
+
     def _checkpoint(self, seq: int) -> None:
         self._conn.execute("INSERT OR REPLACE INTO map_checkpoints VALUES (?, ?, ?)",
                            (self.run, seq, arrays_blob({**self._replica.state(),
                                                         "voxel_size_m": np.float64(self._replica.voxel_size_m)})))
-        self._conn.execute("DELETE FROM map_inserts WHERE run = ? AND seq <= ?", (self.run, seq))
+        # The provisional points stay: the continuation they belong to replaces them.
+        self._conn.execute("DELETE FROM map_inserts WHERE run = ? AND seq <= ? AND provisional = 0", (self.run, seq))
         self._since_checkpoint = 0
+
+
+def _payload_bytes(event: tuple) -> int:
+    """The array bytes an event carries to the disk (the backlog bound counts them)."""
+    if event[0] == POINTS:
+        return event[1].nbytes + event[2].nbytes
+    if event[0] == CONTINUATION and event[1] is not None:
+        overlap = event[1][3]
+        return (sum(xyz.nbytes + rgb.nbytes for xyz, rgb in event[2])
+                + sum(rgb.nbytes + pose_enc.nbytes + depth.nbytes for _, _, rgb, pose_enc, depth, _ in overlap))
+    return 0
 
 
 def _holds(indices: collections.deque, index: int) -> bool:

@@ -7,14 +7,30 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
 
     process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers)
     finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final
-    reset(reason)                     restart the stream and clear the map
+    reset(reason)                     the operator's reset: restart the stream, clear the map
     rollback_last_frame() -> str      undo the newest frame (pose, points, cache); a refusal
                                       (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    add_odometry(stamp_ns, pose), odometry_at(stamp_ns)   (any thread)
+    add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
+
+Vocabulary (code, notices, status and diagnostics use it alike):
+
+    restart        a stream ends and the next begins: the session, the stamp rule's reference,
+                   the scale estimate and the window bookkeeping start anew (``_end_stream``, the
+                   one path). It keeps the map (an image size change, a model failure, the reset
+                   policy's cache cap: the next stream continues from the last pose) or clears it
+                   (a stamp gap or jump back, a reset). Counted in ``snapshot.restarts``
+                   (MapStatus ``restarts``, diagnostics ``stream_restarts``); the state is
+                   RESTARTED until the new stream's first pose, its text "restarted: <reason>".
+    reset          the operator's verb (``reset``, the node's ~/reset): a restart that clears
+                   the map. (The ``reset`` long-run policy is named for the session it resets at a
+                   cap; its restarts keep the map.)
+    window switch  the windowed policy's next window: the same stream, a new session run
+                   (stream_state.py); not a restart, never announced as one.
+    session reset  ``StreamingSession.reset()``, done at every restart and window switch.
 
 Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
 whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
@@ -45,10 +61,10 @@ from .map_recorder import open_recorder
 from .map_resume import load_resumed
 from .points import to_numpy
 from .robot import RobotFrames, StreamFrames
-from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESET, RESTART, TRACKING, WAITING, InputFrame,
+from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
-from .stamps import ACCEPT, DROP, StampPolicy
+from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
 
@@ -103,46 +119,60 @@ class Mapper:
         self._model_ms = 0.0
         self._warned_trajectory_bound = False
         self._restart_reason = ""
+        self._continuation_due = 0.0     # monotonic time of the next continuation stored while mapping
+        self._resume_note = None         # (windows, number, text): the resumed window's status says so
         self._stream = self._new_stream(*self.robot.first_stream())
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
         if resumed is not None:
             resume_text = self._continue(resumed)
         if resume_text:
             self._set_state(WAITING, f"{resume_text}; waiting for images")
-            self._publish_snapshot()
+        self._publish_snapshot()   # the database's run holds the conversion (a fixed scale) from the start
 
     def _continue(self, resumed) -> str:
         """The stored run's map and trajectory are this Mapper's; its first frame continues them:
-        the next window aligned to the stored window's last frames (as ``new_window`` does live),
-        or, without them, a new stream from the last pose in the same internal frame."""
+        the next window aligned to the stored window's last frames (as ``new_window`` does live)
+        in the stored stream, at its scale; or, without them, a new stream from the last pose."""
         self._frames_in = resumed.next_index
-        state = self._stream
-        windows = state.windows
         where = f"resumed run {resumed.run} ({resumed.ending}) at frame {resumed.next_index}"
-        if not self.robot.constant_scale:   # each stream at its own scale: the stored one has ended
+        constant = self.robot.constant_scale
+        if (self._stream.windows is not None and resumed.placement is not None and resumed.overlap
+                and (constant or "odometry_stamps_ns" in resumed.carried)):
+            frames = self._stream.frames
+            if not constant:   # the stored stream's scale estimate and the odometry it reads go on
+                frames = self.robot.resumed_stream(resumed.conversion, resumed.carried)
+                for stamp_ns, pose in zip(resumed.carried["odometry_stamps_ns"].tolist(),
+                                          resumed.carried["odometry_poses"]):
+                    self.robot.odometry.add(stamp_ns, pose)
+            self._stream = state = self._new_stream(resumed.placement, frames)
+            windows = state.windows
+            windows.records = list(resumed.records)
+            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
+                      for index, stamp_ns, rgb, _ in resumed.overlap]
+            windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
+            first, last = inputs[0].index, inputs[-1].index
+            self.recorder.continuation(self._continuation(with_points=False))   # a crash now resumes the same
+            self._resume_note = (windows, resumed.window + 1, where)
+            return f"{where}: window {resumed.window + 1} aligns to its stored frames {first}-{last}"
+        why = resumed.stale or "no overlap frames stored"
+        if not constant:   # the stored stream ends: the next one has a scale of its own
             newest = self._store.newest_poses(1, resumed.conversion)
             if newest:
                 entry, conversion = newest[0]
-                self._last_map_pose = (conversion.camera_pose(entry.c2w) if conversion is not None
-                                       else entry.c2w @ self.robot.mount)
+                self._last_map_pose = (conversion.camera_pose(entry.pose) if conversion is not None
+                                       else entry.pose @ self.robot.mount)
             self._store.end_stream(resumed.conversion)
             self._records = list(resumed.records)
             if self._last_map_pose is None:
                 return f"{where}: it holds no frame, a new map starts"
             self._stream = self._new_stream(*self.robot.continuing_stream(self._last_map_pose))
-            return f"{where}: a new stream at its own scale continues from the last pose"
-        if windows is not None and resumed.placement is not None and resumed.overlap:
-            state.placement = resumed.placement
-            windows.records = list(resumed.records)
-            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
-                      for index, stamp_ns, rgb, _ in resumed.overlap]
-            windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
-            return f"{where}: window {resumed.window + 1} aligns to its last {len(inputs)} frames"
-        newest = self._store.newest_poses(1, state.frames.conversion)
+            return f"{where}: {why}, a new stream at its own scale continues from the last pose"
+        newest = self._store.newest_poses(1, self._stream.frames.conversion)
         if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
             self._records = list(resumed.records)
-            self._stream = self._new_stream(*self.robot.continuing_in(state.frames.conversion, newest[0][0].c2w))
-            return f"{where}: no overlap frames stored, a new stream continues from the last pose"
+            self._stream = self._new_stream(*self.robot.continuing_in(self._stream.frames.conversion,
+                                                                      newest[0][0].pose))
+            return f"{where}: {why}, a new stream continues from the last pose"
         return f"{where}: it holds no frame, a new map starts"
 
     # -- per-stream state ------------------------------------------------------------------------
@@ -218,6 +248,8 @@ class Mapper:
         reason = self.long_run.restart_reason(self.session.stats())
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
+        else:
+            self._store_continuation()
         return self._done(outcome)
 
     def finish(self) -> StepOutcome:
@@ -265,6 +297,7 @@ class Mapper:
         index = run.stored.pop()
         self._store.remove_pose(index)
         self.recorder.removed(index)
+        self._continuation_due = 0.0   # the stored one may hold this frame: store the next one soon
         provisional = windows.forget_newest(had_result=True) if windows is not None else None
         self._counts["rolled_back"] += 1
         if provisional is not None:
@@ -304,10 +337,10 @@ class Mapper:
         stop the map builder's thread (the owner is done with this Mapper)."""
         try:
             self._store.merge()
-            provisional, continuation = self._provisional_points(), self._continuation()
+            self.recorder.continuation(self._continuation(with_points=True), self._provisional_points())
         except Exception:   # a map insert's or a device's error: it was reported where it happened
-            provisional, continuation = [], None
-        self.recorder.close(provisional, continuation)
+            pass
+        self.recorder.close()
         self._store.close()
 
     def apply_live(self, settings: MapperSettings) -> None:
@@ -342,10 +375,13 @@ class Mapper:
         return stored + [o.internal_points(s.min_confidence, s.map_points_stride)
                          for o in windows.provisional() if o.is_keyframe]
 
-    def _continuation(self) -> tuple:
+    def _continuation(self, with_points: bool) -> tuple:
         """What a resumed run needs to start the next window: (window number, next frame index,
         placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
-        its provisional frames as (index, keyframe) in the order of their points)."""
+        its provisional frames as (index, points stored) in the order of their points, the
+        stream's scale state and odometry as arrays: StreamFrames.stored). Without
+        points (a continuation stored while mapping) no provisional frame has stored points: the
+        resumed window runs them again anyway, as they are among its last ov frames."""
         state = self._stream
         windows, overlap = state.windows, []
         if windows is not None and not windows.switch_refusal():
@@ -354,9 +390,25 @@ class Mapper:
                 overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
                                 to_numpy(result.depth), bool(result.is_keyframe)))
         provisional = [] if windows is None else (
-            [(index, points is not None) for index, (_, points) in windows.resumed.items()]
-            + [(o.index, o.is_keyframe) for o in windows.provisional()])
-        return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional)
+            [(index, with_points and points is not None) for index, (_, points) in windows.resumed.items()]
+            + [(o.index, with_points and o.is_keyframe) for o in windows.provisional()])
+        # The stream's scale state, and the odometry its frames' next keyframe look-ups read.
+        carried = state.frames.stored()
+        if overlap and not self.robot.constant_scale:
+            carried["odometry_stamps_ns"], carried["odometry_poses"] = self.robot.odometry.samples_since(overlap[0][1])
+        return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional,
+                carried)
+
+    def _store_continuation(self) -> None:
+        """While mapping, at most every map_database_continuation_s: the continuation a resume
+        after a crash aligns to (its bytes: README, The map database)."""
+        period, windows = self.settings.map_database_continuation_s, self._stream.windows
+        if not period or windows is None or not self.recorder.active or windows.switch_refusal():
+            return
+        now = time.monotonic()
+        if now >= self._continuation_due:
+            self._continuation_due = now + period
+            self.recorder.continuation(self._continuation(with_points=False))
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""
@@ -364,7 +416,7 @@ class Mapper:
 
     def path_poses(self, count: int | None = None) -> list[tuple[StampedPose, object]]:
         """The newest ``count`` poses (None: all), oldest first, as (entry, conversion) with
-        T_M_base = conversion.base_pose(entry.c2w), or entry.c2w itself where conversion is None.
+        T_M_base = conversion.base_pose(entry.pose), or entry.pose itself where conversion is None.
         Both are immutable, so a caller may cache what it built from them by identity."""
         store = self._store
         return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
@@ -383,9 +435,15 @@ class Mapper:
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
 
-    def add_odometry(self, stamp_ns: int, pose: np.ndarray) -> bool:
-        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old)."""
-        return self.robot.odometry.add(stamp_ns, pose)
+    def add_odometry(self, stamp_ns: int, pose: np.ndarray, went_back_ok: bool = False) -> bool:
+        """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old, or
+        held). ``went_back_ok``: an old stamp means the stream went back (OdometryBuffer.add)."""
+        return self.robot.odometry.add(stamp_ns, pose, went_back_ok)
+
+    @property
+    def odometry_max_age_s(self) -> float:
+        """How far behind the newest odometry a sample may be stamped and still be kept."""
+        return self.robot.odometry.max_age_s
 
     def odometry_at(self, stamp_ns: int) -> np.ndarray | None:
         """T_odom_base interpolated at ``stamp_ns`` (any thread), None where not known."""
@@ -462,7 +520,7 @@ class Mapper:
         if results:
             state.run.has_results = True
             self._restart_reason = ""
-            self._set_state(TRACKING, "tracking")
+            self._set_state(TRACKING, self._tracking_text())
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
         state = self._stream
@@ -562,7 +620,7 @@ class Mapper:
         conversion = state.frames.conversion
         if keep_map:
             newest = self._store.newest_poses(1, conversion)
-            last = newest[0][0].c2w if newest and newest[0][1] is conversion else None   # T_I_camera
+            last = newest[0][0].pose if newest and newest[0][1] is conversion else None   # T_I_camera
             if state.windows is not None:
                 self._records += state.windows.records
             if self.robot.constant_scale:      # one internal frame and conversion for every stream
@@ -582,15 +640,17 @@ class Mapper:
         # The odometry buffer stays: the frames still queued need theirs (the front end clears it
         # when odometry stamps go back, as a looped bag's do).
         self._stream = self._new_stream(placement, frames)
+        self.recorder.continuation(None)   # of the ended stream; the new one stores its own soon
+        self._continuation_due = 0.0
         self._counts["restarts"] += 1
         self._restart_reason = reason
-        self._set_state(RESET, f"reset: {reason}")
+        self._set_state(RESTARTED, f"restarted: {reason}")
         if not lost:
             kept = "map continues from the last pose" if keep_map else "map cleared"
             outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
 
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
-        text = (f"model failed on the frame stamped {frame.stamp_ns / 1e9:.3f}: "
+        text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
         lost = {p.index for p in self._stream.run.awaiting if not p.rerun}
         if self._last_placed != index:
@@ -610,6 +670,14 @@ class Mapper:
     def _done(self, outcome: StepOutcome) -> StepOutcome:
         self._publish_snapshot()
         return outcome
+
+    def _tracking_text(self) -> str:
+        """'tracking', and while the window a resume started runs, that resume and how well its
+        stored frames ran again (the overlap error: README, The map database)."""
+        note, windows = self._resume_note, self._stream.windows
+        if note is None or note[0] is not windows or windows.number != note[1] or windows.similarity is None:
+            return "tracking"
+        return f"tracking; {note[2]}, window {note[1]} aligned with overlap error {windows.last_overlap_error:.3g}"
 
     def _init_text(self) -> str:
         text = f"initialising {len(self._stream.run.awaiting)}/{self.settings.num_scale_frames}"
@@ -653,5 +721,4 @@ class Mapper:
             cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
             trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
             **self._scale_fields(), map_database=self.recorder.text, map_database_error=self.recorder.failure,
-            last_stamp_ns=None if last is None else last.stamp_ns,
-            last_source=None if last is None else last.source)
+            last_stamp_ns=None if last is None else last.stamp_ns)

@@ -69,6 +69,8 @@ class ScaleSource(Protocol):
     def break_pairs(self) -> None: ...
     def reset(self) -> None: ...
     def state(self) -> MetricScale: ...
+    def stored(self) -> dict: ...
+    def restore(self, arrays: dict) -> None: ...
 
 
 class MetricScaleEstimator:
@@ -147,6 +149,19 @@ class MetricScaleEstimator:
         self._fit = None
         return _COLLECTING
 
+    def stored(self) -> dict:
+        """What a resumed stream continues from at a window switch (which breaks the open pair):
+        the window of pairs and the newest keyframe's stamp, as arrays (map_resume.py)."""
+        return {"scale_log_ratios": np.array(self._log_ratios, np.float64),
+                "scale_last_stamp_ns": np.array([-1 if self._last_stamp_ns is None else self._last_stamp_ns],
+                                                np.int64)}
+
+    def restore(self, arrays: dict) -> None:
+        self.reset()
+        self._log_ratios.extend(arrays["scale_log_ratios"].tolist())
+        last = int(arrays["scale_last_stamp_ns"][0])
+        self._last_stamp_ns = None if last < 0 else last
+
     def state(self) -> MetricScale:
         pairs = len(self._log_ratios)
         if self._fit is None and pairs:
@@ -181,6 +196,12 @@ class _ConstantScale:
 
     def state(self) -> MetricScale:
         return self._state
+
+    def stored(self) -> dict:
+        return {}   # the settings say it all
+
+    def restore(self, arrays: dict) -> None:
+        """Nothing to restore."""
 
 
 class FixedScale(_ConstantScale):

@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 
+from .stamps import ns_from_seconds
 from .trajectory import quaternion_to_rotation, rotation_to_quaternion
 
 # Quaternions closer than this (cosine of half the angle between them) are blended linearly:
@@ -34,8 +35,8 @@ class OdometryBuffer:
     and odometry stamps of one instant differ by a few milliseconds of driver latency.
     ``max_gap_s``: ``at`` does not interpolate between samples further apart than this (an
     odometry dropout: a straight line across it would invent the motion).
-    A stream that goes back (a looped bag, a clock jump back) needs ``clear()``: until then older
-    stamps are ignored (the node clears it when it sees that, ros/robot_link.py).
+    A stream that goes back (a looped bag, a clock jump back) is told by ``add(...,
+    went_back_ok=True)``; without it older stamps are ignored.
     """
 
     def __init__(self, max_age_s: float = 10.0, max_samples: int = 12_000,
@@ -49,21 +50,26 @@ class OdometryBuffer:
             raise ValueError(f"max_samples must be >= 2 (interpolation needs two), got {max_samples}")
         self.max_samples = int(max_samples)
         self.max_age_s = float(max_age_s)
-        self._max_age_ns = int(max_age_s * 1e9)
-        self._max_extrapolation_ns = int(max_extrapolation_s * 1e9)
-        self._max_gap_ns = int(max_gap_s * 1e9)
+        self._max_age_ns = ns_from_seconds(max_age_s)
+        self._max_extrapolation_ns = ns_from_seconds(max_extrapolation_s)
+        self._max_gap_ns = ns_from_seconds(max_gap_s)
         self._lock = threading.Lock()
         self._stamps: list[int] = []          # sorted, unique
         self._poses: list[np.ndarray] = []    # [4, 4] each, never mutated once stored
 
-    def add(self, stamp_ns: int, pose: np.ndarray) -> bool:
+    def add(self, stamp_ns: int, pose: np.ndarray, went_back_ok: bool = False) -> bool:
         """Store ``pose`` (``T_odom_base`` [4, 4]) at ``stamp_ns``; False when it is ignored (a
-        stamp already held, or one older than the newest by more than ``max_age_s``)."""
+        stamp already held, or one older than the newest by more than ``max_age_s``). With
+        ``went_back_ok`` (the caller checked the stamp against the image clock) such an old one
+        means the stream went back: the samples held go and it is stored."""
         stamp_ns = int(stamp_ns)
         pose = _checked_pose(pose)
         with self._lock:
             if self._stamps and stamp_ns < self._stamps[-1] - self._max_age_ns:
-                return False
+                if not went_back_ok:
+                    return False
+                self._stamps.clear()
+                self._poses.clear()
             at = bisect.bisect_left(self._stamps, stamp_ns)
             if at < len(self._stamps) and self._stamps[at] == stamp_ns:
                 return False
@@ -92,16 +98,13 @@ class OdometryBuffer:
                 return pose.copy()
         return None
 
-    def clear(self) -> None:
+    def samples_since(self, stamp_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """The samples a look-up at ``stamp_ns`` or later may read (one gap's worth before it):
+        stamps int64 [N] and poses float64 [N, 4, 4] (a resumed run's buffer starts with them)."""
         with self._lock:
-            self._stamps.clear()
-            self._poses.clear()
-
-    @property
-    def latest_stamp_ns(self) -> int | None:
-        """The newest sample's stamp, None when empty."""
-        with self._lock:
-            return self._stamps[-1] if self._stamps else None
+            first = bisect.bisect_left(self._stamps, stamp_ns - self._max_gap_ns)
+            stamps, poses = self._stamps[first:], self._poses[first:]
+        return np.array(stamps, np.int64), np.array(poses, np.float64).reshape(-1, 4, 4)
 
     def __len__(self) -> int:
         with self._lock:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import torch
@@ -12,19 +11,18 @@ from .frames import MapConversion, Placement
 from .points import image_to_rgb_uint8, select_points
 
 # MapStatus.STATE_* values (msg/MapStatus.msg); the mapping layer owns their meaning.
-WAITING, INITIALISING, TRACKING, RESET = 0, 1, 2, 3
-STATE_NAMES = {WAITING: "waiting", INITIALISING: "initialising", TRACKING: "tracking", RESET: "reset"}
+WAITING, INITIALISING, TRACKING, RESTARTED = 0, 1, 2, 3
+STATE_NAMES = {WAITING: "waiting", INITIALISING: "initialising", TRACKING: "tracking", RESTARTED: "restarted"}
 
 
 @dataclasses.dataclass(frozen=True)
 class InputFrame:
-    """One decoded camera image. ``source`` is the front end's own handle (e.g. the ROS header
-    stamp), passed through untouched to the frame's outputs."""
+    """One decoded camera image, stamped in integer nanoseconds (a front end converts its own
+    stamp type once, on the way in)."""
 
     rgb: np.ndarray            # [H, W, 3] uint8 RGB
     stamp_ns: int
     frame_id: str = ""
-    source: Any = None
     received_ns: int = 0       # time.monotonic_ns() when the front end got it
     gap_ns: int | None = None  # the input's forward stamp gap before it (stamps.ReceivedGaps)
 
@@ -119,7 +117,7 @@ class MapperSnapshot:
     processed: int = 0         # frames placed (a phase-1 frame counts once its pose is out)
     rejected: int = 0
     failed: int = 0            # frames lost to a model failure (the failing one and those buffered)
-    restarts: int = 0
+    restarts: int = 0          # streams ended and begun again (mapper.py: restart), resets included
     rolled_back: int = 0       # placed frames undone by rollback_last_frame
     cleared: int = 0           # placed frames whose poses a map-clearing restart dropped
     keyframes: int = 0         # frames stored in the attention cache now
@@ -140,4 +138,3 @@ class MapperSnapshot:
     map_database: str = ""            # what the map database is doing ("off", "writing run N to PATH", ...)
     map_database_error: str = ""      # why this run is not (or no longer) stored; '' while it is
     last_stamp_ns: int | None = None
-    last_source: Any = None    # the front end's handle of the last processed frame

@@ -68,6 +68,12 @@ class RobotFrames:
         origin = camera_pose_map[:3, 3].copy()
         return Placement.continuing_from(camera_pose_map), self._stream(origin, origin)
 
+    def resumed_stream(self, conversion: MapConversion, stored: dict) -> "StreamFrames":
+        """A stored stream continued (map_resume.py): its conversion into map, its scale state."""
+        frames = StreamFrames(self._source(), conversion, self.odometry, self.mount, self.settings.scale_update_step)
+        frames.restore(stored)
+        return frames
+
     def _source(self) -> ScaleSource:
         s = self.settings
         return make_scale_source(s.scale_source, s.scale, window_pairs=s.scale_window_pairs,
@@ -106,6 +112,17 @@ class StreamFrames:
     def window_switch(self) -> None:
         """A new window: no pair across the switch; the estimate goes on."""
         self.source.break_pairs()
+
+    def stored(self) -> dict:
+        """What a resumed stream continues the scale from (arrays; with the conversion the run
+        stores anyway): the estimate's pairs and the newest keyframe's stamp."""
+        last = -1 if self._last_keyframe_ns is None else self._last_keyframe_ns
+        return {**self.source.stored(), "last_keyframe_ns": np.array([last], np.int64)}
+
+    def restore(self, arrays: dict) -> None:
+        self.source.restore(arrays)
+        last = int(arrays["last_keyframe_ns"][0])
+        self._last_keyframe_ns = None if last < 0 else last
 
 
 def applied_scale(applied: MetricScale, estimate: MetricScale, step: float) -> MetricScale:

@@ -13,13 +13,12 @@ import os
 from typing import Any, Callable, Mapping
 
 from ..stream import SettingsError   # one error type for every settings problem
+from ..stream.settings import BACKENDS, DTYPES
 from .metric_scale import SCALE_SOURCES
+from .similarity import ESTIMATORS
 
 KEYFRAME_POLICIES = ("interval", "motion")
 LONG_RUN_POLICIES = ("windowed", "reset", "none")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-ATTENTION_BACKENDS = ("auto", "torch", "flashinfer")
-WINDOW_ALIGNMENTS = ("anchor", "all_frames")
 
 
 # When a setting may change (the node maps these to read-only / live ROS parameters):
@@ -97,8 +96,8 @@ class MapperSettings:
                                     "a checkpoint, tiny without", check=_model_config)
     device: str = setting("auto", "auto, cpu, cuda or cuda:N", check=_device)
     dtype: str = setting("auto", "auto (bfloat16 on CUDA, float32 on the CPU), float32, float16 or bfloat16",
-                         choices=DTYPES)
-    attention_backend: str = setting("auto", "auto, torch or flashinfer", choices=ATTENTION_BACKENDS)
+                         choices=("auto", *DTYPES))
+    attention_backend: str = setting("auto", "auto, torch or flashinfer", choices=BACKENDS)
     cuda_graphs: bool = setting(True, "replay each frame step as captured CUDA graphs (CUDA with flashinfer; "
                                       "same outputs, far less host work); false runs it eagerly")
     fused_blocks: bool = setting(True, "run the transformer blocks' norms, RoPE and residual work as kernels "
@@ -147,7 +146,7 @@ class MapperSettings:
     window_alignment: str = setting("anchor", "windowed policy: anchor (the original's: rotation and "
                                               "translation from the newest paired keyframe) or all_frames "
                                               "(fitted over every overlap frame; bench/README.md measures "
-                                              "it)", choices=WINDOW_ALIGNMENTS)
+                                              "it)", choices=ESTIMATORS)
     max_keyframes: int = setting(1000, "reset policy: keyframes stored since the stream started before it "
                                        "restarts (0 = no cap); keep it below the model's max_frame_num "
                                        "(1024) so the 3D RoPE stays in its trained range", minimum=0, when=LIVE)
@@ -198,6 +197,10 @@ class MapperSettings:
                                 "run per configure ($ROS_HOME: ROS_HOME, else ~/.ros); empty = off")
     map_database_commit_s: float = setting(1.0, "map database: the writer commits at least this often (a crash "
                                                 "loses at most this much of the run)", above=0)
+    map_database_continuation_s: float = setting(
+        30.0, "map database: a windowed run stores what a resume continues from (the newest overlap_size "
+              "frames' images and results) at most this often, so a run resumed after a crash aligns to "
+              "them; 0 = only at a clean end (README: The map database)", minimum=0)
     map_database_max_runs: int = setting(0, "map database: runs kept, the oldest deleted when a run starts "
                                             "(0 = all)", minimum=0)
     resume: bool = setting(False, "at configure, continue the map database's last run in the same map frame: "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import deque
 from typing import Iterator, NamedTuple
 
@@ -9,9 +10,9 @@ import numpy as np
 
 
 class StampedPose(NamedTuple):
-    stamp_s: float
-    c2w: np.ndarray  # [4, 4] float64 pose of a body in the trajectory's frame (MapStore: camera in I, base in map)
-    key: int = -1    # the caller's id of the pose (the Mapper's frame index), for remove/replace
+    stamp_ns: int     # the image's stamp, integer nanoseconds (seconds only in files and texts)
+    pose: np.ndarray  # [4, 4] float64 pose of a body in the trajectory's frame (MapStore: camera in I, base in map)
+    key: int = -1     # the caller's id of the pose (the Mapper's frame index), for remove/replace
 
 
 class Trajectory:
@@ -28,9 +29,9 @@ class Trajectory:
         self.max_length = max_length
         self._poses: deque[StampedPose] = deque(maxlen=max_length)
 
-    def append(self, stamp_s: float, c2w: np.ndarray, key: int = -1) -> None:
-        """Add a pose. ``c2w``: ``[3, 4]`` or ``[4, 4]`` camera-to-world ``[R | t]``."""
-        self._poses.append(StampedPose(float(stamp_s), _full(c2w), key))
+    def append(self, stamp_ns: int, pose: np.ndarray, key: int = -1) -> None:
+        """Add a pose: ``[3, 4]`` or ``[4, 4]`` ``[R | t]`` of the body in the trajectory's frame."""
+        self._poses.append(StampedPose(operator.index(stamp_ns), _full(pose), key))
 
     def remove(self, key: int) -> bool:
         """Drop the pose with ``key``; False if it is not (or no longer) held."""
@@ -40,13 +41,13 @@ class Trajectory:
         del self._poses[at]
         return True
 
-    def replace(self, key: int, c2w: np.ndarray) -> bool:
+    def replace(self, key: int, pose: np.ndarray) -> bool:
         """Give the pose with ``key`` a new value (same stamp); False if it is not held."""
         at = self._find(key)
         if at is None:
             return False
         old = self._poses[at]
-        self._poses[at] = StampedPose(old.stamp_s, _full(c2w), key)
+        self._poses[at] = StampedPose(old.stamp_ns, _full(pose), key)
         return True
 
     def newest(self, count: int) -> list[StampedPose]:
@@ -71,21 +72,21 @@ class Trajectory:
     def __getitem__(self, index: int) -> StampedPose:
         return self._poses[index]
 
-    def stamps_s(self) -> np.ndarray:
-        """``[N]`` float64 stamps in seconds."""
-        return np.array([p.stamp_s for p in self._poses], dtype=np.float64)
+    def stamps_ns(self) -> np.ndarray:
+        """``[N]`` int64 stamps in nanoseconds."""
+        return np.array([p.stamp_ns for p in self._poses], dtype=np.int64)
 
-    def c2w(self) -> np.ndarray:
-        """``[N, 4, 4]`` float64 camera-to-world poses."""
-        return np.array([p.c2w for p in self._poses], dtype=np.float64).reshape(-1, 4, 4)
+    def poses(self) -> np.ndarray:
+        """``[N, 4, 4]`` float64 poses."""
+        return np.array([p.pose for p in self._poses], dtype=np.float64).reshape(-1, 4, 4)
 
 
-def _full(c2w) -> np.ndarray:
-    c2w = np.asarray(c2w, dtype=np.float64)
-    if c2w.shape not in ((3, 4), (4, 4)):
-        raise ValueError(f"c2w must be [3, 4] or [4, 4], got shape {c2w.shape}")
+def _full(pose) -> np.ndarray:
+    pose = np.asarray(pose, dtype=np.float64)
+    if pose.shape not in ((3, 4), (4, 4)):
+        raise ValueError(f"a pose must be [3, 4] or [4, 4], got shape {pose.shape}")
     full = np.eye(4)
-    full[:3, :] = c2w[:3, :]
+    full[:3, :] = pose[:3, :]
     return full
 
 

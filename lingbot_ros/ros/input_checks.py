@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.ros import messages
 
 QUATERNION_TOLERANCE = 0.01      # | |q| - 1 | up to this is normalised, beyond it refused
 MAX_ODOMETRY_M = 1.0e6           # 1,000 km from the odometry origin
@@ -95,7 +96,7 @@ def check_stamp(stamp, clock: ImageClock, max_ahead_s: float, what: str, max_beh
     """builtin_interfaces/Time -> ns; Refused for a zero stamp, one ``max_ahead_s`` ahead of the
     image clock, or (once an image came) one ``max_behind_s`` behind it: too old for any image
     still to come, and it would pass for a stream that went back."""
-    stamp_ns = int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+    stamp_ns = messages.stamp_ns(stamp)
     if stamp_ns <= 0:
         raise Refused(f"{what}: zero stamp (an unset header)")
     ahead_s = (stamp_ns - clock.now_ns()) / 1e9

@@ -16,7 +16,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, image_to_rgb
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.stamps import ReceivedGaps
-from lingbot_ros.ros import topics
+from lingbot_ros.ros import messages, topics
 from lingbot_ros.ros.qos import KEEP_ALL_RELIABLE, input_qos
 
 # Bad input is logged at most this often (the counters in ~/status see every frame).
@@ -67,11 +67,10 @@ class Inputs:
         except ImageDecodeError as error:
             self._bad_input("rejected", f"image skipped: {error}")
             return
-        stamp = msg.header.stamp
-        stamp_ns = stamp.sec * 10**9 + stamp.nanosec
+        stamp_ns = messages.stamp_ns(msg.header.stamp)
         self.node.image_clock.image(stamp_ns)
-        frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, source=stamp,
-                           received_ns=received_ns, gap_ns=self._gaps.gap_ns(stamp_ns))
+        frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, received_ns=received_ns,
+                           gap_ns=self._gaps.gap_ns(stamp_ns))
         self.counters.add("dropped", self.inbox.put(frame))
 
     def _on_camera_info(self, msg) -> None:

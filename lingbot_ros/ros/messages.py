@@ -1,20 +1,31 @@
-"""Builders for the node's output messages. Every builder takes the input image's stamp."""
+"""Message conversions: the node's output messages (each built with its input image's stamp), TF's
+transforms and the TFMessage type, stamps.
+
+Transforms are 4x4 float64 matrices named ``T_parent_child`` in prose: the pose of ``child`` in
+``parent``, which maps points from ``child`` coordinates into ``parent`` coordinates (what a
+TransformStamped with header.frame_id = parent, child_frame_id = child carries, and what tf2's
+``lookup_transform(target_frame=parent, source_frame=child)`` returns).
+"""
 from __future__ import annotations
 
 import struct
 
 import numpy as np
-from geometry_msgs.msg import Pose, PoseStamped
+from builtin_interfaces.msg import Time
+from geometry_msgs.msg import Pose, PoseStamped, TransformStamped
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
 from std_msgs.msg import Header
 
 from lingbot_ros.mapping import rotation_to_quaternion
 
+TF_TOPIC = "/tf"
+TF_STATIC_TOPIC = "/tf_static"
+
 # Odometry covariance convention (diagonal of pose.covariance, row-major 6x6: x y z rx ry rz).
 # The model reports no calibrated uncertainty, so the value only tells consumers how far to trust
 # a pose: tracking = the `odom_variance` parameter; the first poses of a stream (the scale-frame
-# batch, and the first pose after a reset) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
+# batch, and the first pose after a restart) = UNTRUSTED_VARIANCE, i.e. "do not fuse".
 UNTRUSTED_VARIANCE = 1.0e6
 # Velocity is not estimated. nav_msgs has no "unknown" flag (sensor_msgs' covariance[0] = -1 is for
 # Imu/NavSatFix; robot_localization reads an Odometry covariance as variances), so the zero twist
@@ -31,12 +42,16 @@ def make_header(stamp, frame_id: str) -> Header:
     return Header(stamp=stamp, frame_id=frame_id)
 
 
-def stamp_from_seconds(stamp_s: float):
-    """builtin_interfaces/Time from float seconds (for poses whose exact stamp is gone)."""
-    from builtin_interfaces.msg import Time
+def stamp_ns(stamp) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds: the one conversion of a ROS stamp on its way
+    into the ROS-free layers, which hold stamps as integer nanoseconds only."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
-    sec = int(stamp_s // 1)
-    return Time(sec=sec, nanosec=min(int(round((stamp_s - sec) * 1e9)), 999_999_999))
+
+def stamp_msg(stamp_ns: int) -> Time:
+    """Integer nanoseconds -> builtin_interfaces/Time, exactly (an output carries its image's stamp)."""
+    sec, nanosec = divmod(stamp_ns, 1_000_000_000)
+    return Time(sec=sec, nanosec=nanosec)
 
 
 def pose_from_matrix(pose_4x4: np.ndarray) -> Pose:
@@ -84,14 +99,6 @@ def point_cloud(points_xyz: np.ndarray, colors_rgb: np.ndarray, stamp, frame_id:
                        is_dense=True)
 
 
-def unpack_points(msg: PointCloud2) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of point_cloud (for tests and tools): ``[N, 3]`` float32 xyz, ``[N, 3]`` uint8 RGB."""
-    packed = np.frombuffer(msg.data, POINT_DTYPE, count=msg.width * msg.height)
-    xyz = np.stack([packed["x"], packed["y"], packed["z"]], axis=1)
-    rgb = np.stack([(packed["rgb"] >> s) & 0xFF for s in (16, 8, 0)], axis=1).astype(np.uint8)
-    return xyz, rgb
-
-
 def camera_info(intrinsic_3x3: np.ndarray, width: int, height: int, stamp, frame_id: str) -> CameraInfo:
     """Pinhole CameraInfo without distortion (the model's intrinsics at its output resolution)."""
     k = np.asarray(intrinsic_3x3, dtype=np.float64)
@@ -114,3 +121,28 @@ def header_stamp_ns(serialized: bytes) -> int | None:
         return None
     sec, nanosec = struct.unpack_from("<iI" if serialized[1] == 1 else ">iI", serialized, 4)
     return sec * 1_000_000_000 + nanosec
+
+
+class TfUnavailable(RuntimeError):
+    """TF cannot work in this install (tf2_msgs, or tf2_ros where it is required, is missing)."""
+
+
+def tf_message_type():
+    """tf2_msgs/msg/TFMessage; raises TfUnavailable saying how to get it."""
+    try:
+        from tf2_msgs.msg import TFMessage
+    except ImportError as error:
+        raise TfUnavailable(
+            "tf2_msgs is not importable (it is not on PyPI): source a ROS distro, or run "
+            "scripts/setup.sh, which generates it into the venv (scripts/build_interfaces.sh)") from error
+    return TFMessage
+
+
+def transform_stamped(pose: np.ndarray, stamp, parent: str, child: str) -> TransformStamped:
+    """``pose`` = T_parent_child [4, 4] -> a TransformStamped parent -> child at ``stamp``."""
+    msg = TransformStamped()
+    msg.header.stamp, msg.header.frame_id, msg.child_frame_id = stamp, parent, child
+    translation, rotation = msg.transform.translation, msg.transform.rotation
+    translation.x, translation.y, translation.z = (float(v) for v in pose[:3, 3])
+    rotation.x, rotation.y, rotation.z, rotation.w = (float(v) for v in rotation_to_quaternion(pose[:3, :3]))
+    return msg

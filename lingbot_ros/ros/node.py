@@ -5,7 +5,7 @@ Lifecycle (rclpy.lifecycle):
               worker (ERROR if either fails; on_error then releases everything), create
               publishers, services, timers and TF output.
   activate    check the input parameters (FAILURE, naming them), subscribe. The stream resumes
-              exactly where it stopped: no warm-up, no reset (a long pause may still end in an
+              exactly where it stopped: no warm-up, no restart (a long pause may still end in an
               announced restart through max_stamp_gap_s).
   deactivate  unsubscribe; frames still waiting are dropped and counted. The Mapper is kept.
   cleanup     stop the worker, free the model and its memory (CUDA cache emptied).
@@ -33,7 +33,7 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
 from lingbot_ros.mapping.settings import SettingsError
-from lingbot_ros.ros import params, services
+from lingbot_ros.ros import messages, params, services
 from lingbot_ros.ros.diagnostics import Counters
 from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.input_checks import ImageClock
@@ -217,7 +217,6 @@ class MapNode(LifecycleNode):
         if not self.context.ok():   # shutting down: nothing can be published any more
             return
         for output in outcome.new:
-            self.path.add(output)
             self.outputs.frame(output, self.cfg, self.mapper.settings.min_confidence, self.path)
             self.robot.publish(output)
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6)
@@ -260,9 +259,15 @@ class MapNode(LifecycleNode):
             "inactive": "inactive: the stream is paused and resumes where it stopped at activate",
             "unconfigured": "unconfigured: no model loaded (configure to start)"}.get(label, label)
 
+    def _last_stamp(self, snapshot):
+        """The last processed image's stamp, or now before any image."""
+        if snapshot.last_stamp_ns is None:
+            return self.get_clock().now().to_msg()
+        return messages.stamp_msg(snapshot.last_stamp_ns)
+
     def status_message(self, mapper=None):
         snapshot = (mapper or self.mapper).snapshot
-        stamp = snapshot.last_source or self.get_clock().now().to_msg()
+        stamp = self._last_stamp(snapshot)
         return fill_status(MapStatus(), snapshot, self.counters.snapshot(), self.counters, stamp,
                            self.cfg.map_frame, self.lifecycle_text())
 
@@ -325,7 +330,7 @@ class MapNode(LifecycleNode):
     def publish_map(self) -> None:
         self._map_publish_pending.clear()
         xyz, rgb = self.mapper.map_points()
-        stamp = self.mapper.snapshot.last_source or self.get_clock().now().to_msg()
+        stamp = self._last_stamp(self.mapper.snapshot)
         self.outputs.cloud(xyz, rgb, stamp, self.cfg.map_frame)
 
     # -- parameters ---------------------------------------------------------------------------

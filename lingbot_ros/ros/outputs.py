@@ -6,7 +6,6 @@ A topic nobody subscribes to costs nothing: its message is not even built.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 
 import numpy as np
@@ -75,7 +74,7 @@ class Outputs:
 
     def frame(self, output: MapperOutput, cfg: NodeSettings, min_confidence: float, path: "PathCache") -> None:
         """Everything one frame publishes, stamped with its image's stamp."""
-        stamp = output.frame.source
+        stamp = messages.stamp_msg(output.stamp_ns)
         camera_frame = cfg.camera_frame or output.frame.frame_id
         if self.pose.get_subscription_count():
             self.pose.publish(messages.pose_stamped(output.base_pose, stamp, cfg.map_frame))
@@ -109,24 +108,16 @@ class Outputs:
 
 class PathCache:
     """~/path from the Mapper's poses (the only record of them): its newest poses as PoseStamped
-    messages, each built once with its image's exact stamp and rebuilt only when its entry was
-    replaced (a windowed run finalises overlap poses) or its conversion into map changed (the
-    scale). A rolled-back or cleared pose is gone from the Mapper, so it is gone from the path too."""
+    messages, each built once with its image's exact stamp (the entry's integer nanoseconds) and
+    rebuilt only when its entry was replaced (a windowed run finalises overlap poses) or its
+    conversion into map changed (the scale). A rolled-back or cleared pose is gone from the Mapper,
+    so it is gone from the path too."""
 
     def __init__(self, mapper, frame_id: str, max_length: int):
         self.mapper, self.frame_id, self.max_length = mapper, frame_id, max_length
-        # frame index -> its image's exact stamp (a trajectory entry keeps float seconds only), for
-        # every pose the trajectory holds
-        self._stamps: collections.OrderedDict[int, object] = collections.OrderedDict()
         # frame index -> (the entry and conversion it was built from, the message). Both are
         # immutable and replaced whole, so identity says "unchanged" without comparing poses.
         self._messages: dict[int, tuple[object, object, PoseStamped]] = {}
-
-    def add(self, output: MapperOutput) -> None:
-        self._stamps[output.index] = output.frame.source
-        # As many as the trajectory holds (~/get_trajectory returns them all), oldest out first.
-        while len(self._stamps) > max(self.max_length, self.mapper.snapshot.trajectory_poses):
-            self._stamps.popitem(last=False)
 
     def message(self, stamp) -> Path:
         poses, built = [], {}
@@ -148,7 +139,6 @@ class PathCache:
     def _built(self, entry, conversion) -> tuple[object, object, PoseStamped]:
         cached = self._messages.get(entry.key)
         if cached is None or cached[0] is not entry or cached[1] is not conversion:
-            source = self._stamps.get(entry.key) or messages.stamp_from_seconds(entry.stamp_s)
-            pose = entry.c2w if conversion is None else conversion.base_pose(entry.c2w)
-            cached = (entry, conversion, messages.pose_stamped(pose, source, self.frame_id))
+            pose = entry.pose if conversion is None else conversion.base_pose(entry.pose)
+            cached = (entry, conversion, messages.pose_stamped(pose, messages.stamp_msg(entry.stamp_ns), self.frame_id))
         return cached

@@ -80,8 +80,8 @@ class NodeSettings:
     base_frame: str = setting("base_link", "the robot's base frame: ~/pose, ~/odom and ~/path are its poses, "
                                            "and the camera mount is looked up as base_frame -> the image's "
                                            "frame_id", check=_frame_name)
-    camera_frame: str = setting("", "child frame of odometry and frame of depth images; empty = the "
-                                    "image's frame_id")
+    camera_frame: str = setting("", "frame_id of the depth and confidence images and their camera_info; "
+                                    "empty = the input image's frame_id")
     tf_mode: str = setting("none", "none, map_to_odom (REP 105: map -> odom_frame from the robot's "
                                    "odometry), map_to_base (map -> base_frame, a robot without other "
                                    "odometry) or map_to_camera (map -> tf_camera_frame)", choices=TF_MODES)

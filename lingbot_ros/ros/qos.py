@@ -1,9 +1,10 @@
-"""QoS profiles from parameter values (image input, camera_info, outputs)."""
+"""QoS profiles: from parameter values (image input, camera_info), of the outputs, of TF."""
 from __future__ import annotations
 
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
 
+from lingbot_ros.ros.params import QOS_CHOICES
 
 # process_all_frames: nothing may be lost inside DDS either. Keep-all history holds every sample
 # the worker has not taken yet, and a reliable reader makes the writer resend instead of dropping.
@@ -28,7 +29,7 @@ def input_qos(name: str, depth: int) -> QoSProfile:
                              durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST,
                              depth=depth)
     else:
-        raise ValueError(f"unknown QoS '{name}' (sensor_data, reliable or best_effort)")
+        raise ValueError(f"unknown QoS '{name}' (one of {', '.join(QOS_CHOICES)})")
     return profile
 
 
@@ -39,3 +40,10 @@ OUTPUT_QOS = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryP
 # The accumulated map and status are latched: a late RViz or CLI sees the last one at once.
 LATCHED_QOS = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=1)
+# tf2's own QoS: /tf as its TransformBroadcaster publishes it; /tf_static as its listener reads it,
+# which matches the (latched) static broadcasters, so a robot's URDF frames published before the
+# node started still arrive.
+TF_QOS = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                    history=HistoryPolicy.KEEP_LAST, depth=100)
+TF_STATIC_QOS = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                           history=HistoryPolicy.KEEP_LAST, depth=100)

@@ -5,7 +5,7 @@
     odometry   T_odom_base from ~/odometry_in (nav_msgs/Odometry, remappable) or, with
                odometry_source tf (tf2_ros only), from TF at each image stamp; fed to the
                Mapper's buffer (metric scale) and to the map -> odom transform
-    TF         one edge per pose (ros/tf.py)
+    TF         one edge per pose (ros/tf_output.py)
 """
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
 from lingbot_ros.ros.input_checks import MAX_MOUNT_M, MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
-from lingbot_ros.ros.messages import header_stamp_ns
+from lingbot_ros.ros.messages import TfUnavailable, header_stamp_ns, stamp_msg
 from lingbot_ros.ros.tap import Tap
-from lingbot_ros.ros.tf import make_tf_output
 from lingbot_ros.ros.tf_lookup import TfLookup
-from lingbot_ros.ros.tf_messages import TfUnavailable
+from lingbot_ros.ros.tf_output import make_tf_output
 
 # Best effort matches every odometry publisher, reliable or not (a reliable reader misses a
 # best-effort driver's messages entirely); a lost sample is interpolated over. The history holds
@@ -89,7 +88,7 @@ class RobotLink:
         self.counters.add("odometry_received")
         try:
             stamp_ns, pose = check_odometry(msg, self.cfg.odom_frame, self.cfg.base_frame, self.clock,
-                                            self.cfg.max_input_ahead_s, self.mapper.robot.odometry.max_age_s)
+                                            self.cfg.max_input_ahead_s, self.mapper.odometry_max_age_s)
         except Refused as error:
             text = f"{self.odometry_topic}: {error}"
             self.counters.refused("odometry_rejected", text)
@@ -103,11 +102,7 @@ class RobotLink:
         the buffer keeps, yet near the image clock (the boundary checked it), means the stream
         went back (a looped bag, a clock reset): the previous loop's samples go. A stream restart
         alone clears nothing: the frames still queued keep their odometry."""
-        buffer = self.mapper.robot.odometry
-        newest = buffer.latest_stamp_ns
-        if newest is not None and stamp_ns < newest - buffer.max_age_s * 1e9 and self.clock.has_image:
-            buffer.clear()
-        buffer.add(stamp_ns, pose)
+        self.mapper.add_odometry(stamp_ns, pose, went_back_ok=self.clock.has_image)
 
     def before_frame(self, frame) -> None:
         """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from
@@ -121,7 +116,8 @@ class RobotLink:
                 self.lookup.destroy()
                 self.lookup = None
         if self.from_tf and self.lookup is not None and self.lookup.dynamic:
-            pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, frame.source, timeout_s=0.05)
+            pose = self.lookup.lookup_at(self.cfg.odom_frame, self.cfg.base_frame, stamp_msg(frame.stamp_ns),
+                                          timeout_s=0.05)
             pose = self._checked(pose, f"TF {self.cfg.odom_frame} -> {self.cfg.base_frame}", MAX_ODOMETRY_M)
             if pose is not None:
                 self._store(frame.stamp_ns, pose)
@@ -164,7 +160,7 @@ class RobotLink:
             # would move by metres per frame and jump when the scale locks. None goes out until then.
             self.tf.hold(f"waiting for the metric scale ({scale.reason})")
             return
-        self.tf.publish(output.frame.source, output.base_pose, output.camera_pose,
+        self.tf.publish(stamp_msg(output.stamp_ns), output.base_pose, output.camera_pose,
                         self.mapper.odometry_at(output.stamp_ns))
 
     def warnings(self) -> list[str]:

@@ -35,7 +35,7 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.frames_dropped = inputs["dropped"]
     msg.frames_rejected = inputs["rejected"] + snapshot.rejected
     msg.frames_failed = snapshot.failed
-    msg.resets = snapshot.restarts
+    msg.restarts = snapshot.restarts
     msg.camera_info_rejected = inputs["camera_info_rejected"]
     msg.odometry_received = inputs["odometry_received"]
     msg.odometry_rejected = inputs["odometry_rejected"]

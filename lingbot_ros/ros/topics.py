@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from lingbot_ros.ros.params import IMAGE_TRANSPORTS
+
 IMAGE_TOPIC = "~/image"
-IMAGE_TRANSPORTS = ("raw", "compressed")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 BACKENDS = ("auto", "torch", "flashinfer")
 
 

@@ -27,7 +27,6 @@ from ..stream import SettingsError, StreamingSession
 
 log = logging.getLogger("lingbot_ros.fixture")
 
-REQUIRED_KEYS = ("pose_enc", "depth", "depth_conf")
 # run.kv_cache's keys (spec 9); each is the MapperSettings field of the same name.
 KV_CACHE_KEYS = ("sliding_window", "scale_frames", "cross_frame_special", "include_scale_frames", "camera_only")
 # A pointer file (a checkpoint shared with another fixture) is a tiny text file holding a path.

@@ -21,6 +21,7 @@ from lingbot_ros.mapping import factory, to_numpy
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.settings import SettingsError
+from lingbot_ros.mapping.stamps import seconds_text
 from lingbot_ros.mapping.voxel_map import VoxelRangeError
 from lingbot_ros.model import CheckpointError, ConfigError
 from lingbot_ros.tools import progress
@@ -37,14 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lingbot-ros-offline",
         description=__doc__.split("\n\n")[0],
-        epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw': the camera's "
-               "optical frame in the map frame, as the node's ~/save_map writes it; stamps from the "
+        epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw': the robot's "
+               "base frame in the map frame, as the node's ~/save_map writes it; stamps from the "
                "source); map.ply (binary PLY, float xyz + uchar rgb, keyframes' points with confidence "
                ">= --min-confidence, one per voxel); frames.csv (per frame: index, stamp, keyframe flag, "
                "intrinsics fx fy cx cy at the model input size, depth file); depth/NNNNNN.png or .npy "
                "(depth at the model input size, see --depth-format); preview.png (the map seen from above, "
-               "coloured by height, with the trajectory). Units are the model's: metres up to an unknown "
-               "scale.")
+               "coloured by height, with the trajectory). Units: metres up to an unknown scale unless "
+               "--scale-source fixed --scale S.")
     parser.add_argument("--input", required=True,
                         help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
                              "camera index or 'synthetic[:WxH[:N]]'")
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> str:
             if seen == total:
                 break
             seen += 1
-            outcome = mapper.process(InputFrame(rgb=frame.rgb, stamp_ns=round(frame.stamp_s * 1e9)))
+            outcome = mapper.process(InputFrame(rgb=frame.rgb, stamp_ns=frame.stamp_ns))
             report(outcome.notices)
             writer.add(outcome.final)
             progress.update(seen, have_results=writer.num_frames > 0)
@@ -173,7 +174,7 @@ class FrameWriter:
             self.num_keyframes += output.is_keyframe
             depth_file = self._write_depth(output.index, to_numpy(output.depth).astype(np.float32))
             k = to_numpy(output.result.intrinsic)
-            self.rows.append((output.index, f"{output.stamp_ns / 1e9:.9f}", int(output.is_keyframe),
+            self.rows.append((output.index, seconds_text(output.stamp_ns), int(output.is_keyframe),
                               k[0, 0], k[1, 1], k[0, 2], k[1, 2], depth_file))
 
     def _write_depth(self, index: int, depth: np.ndarray) -> str:

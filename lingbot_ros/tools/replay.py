@@ -191,8 +191,8 @@ def _main(argv) -> int:
                     what = "not every --subscriber is there" if args.subscriber else "no subscriber on every topic"
                     print(f"lingbot-ros-replay: warning: {what} after {args.wait_for_subscribers:g} s "
                           f"({', '.join(missing)}); publishing anyway", file=sys.stderr, flush=True)
-            t0 = reader.start_time + int(args.start * 1e9)
-            t_end = t0 + int(args.duration * 1e9) if args.duration is not None else None
+            t0 = reader.start_time + round(args.start * 1e9)
+            t_end = t0 + round(args.duration * 1e9) if args.duration is not None else None
             count = 0
             while True:
                 progress = PlaybackProgress(t0, min(t_end or reader.end_time, reader.end_time), enabled=not args.quiet)
