@@ -6,7 +6,7 @@ from setuptools import find_packages, setup
 package_name = "lingbot_ros"
 
 # The pinned ROS 2 wheels of one distro each, as in requirements-ros.txt (Kilted, the venv set-up's
-# default) and requirements-ros-jazzy.txt (test/test_packaging.py keeps them equal).
+# default) and requirements-ros-jazzy.txt (test/test_project_packaging.py keeps them equal).
 ros_kilted = [
     "ros-kilted-rclpy[fastrtps]==9.1.2",
     "ros-kilted-std-msgs==5.5.1",

@@ -1,40 +1,22 @@
-"""Shared pytest fixtures. Keep additive: several layers' tests rely on them."""
+"""The tests' fixtures, for every test module (none imports them). Keep additive: several layers'
+tests rely on them. What the tests share besides fixtures (waits, probe nodes, synthetic inputs)
+is in helpers.py; a test module imports from there what it calls.
+
+Test files are named after the layer they test: test_<layer>_<what>.py, the layer one of cache,
+model, stream, io, mapping, ros (the node and its launch file, over DDS or not) and tools (the
+command-line programs), or project (what the repository ships: packaging, set-up scripts, the
+README). A script the tests run as a subprocess (map_db_writer.py) sits next to them.
+"""
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO, MapStatus, Ros
 
 
 def _shared_dir() -> Path:
     return Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared"))
-
-
-def wait_until(condition, what: str, timeout: float, details=None):
-    """Poll ``condition()`` until it returns something truthy and return that. On timeout raise
-    AssertionError naming ``what``, plus ``details()`` (e.g. subprocess logs) when given."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}" + (f"; {details()}" if details else ""))
-
-
-def unpack_points(msg):
-    """A PointCloud2 the node published (ros.messages.point_cloud) back to ``[N, 3]`` float32
-    xyz and ``[N, 3]`` uint8 RGB."""
-    import numpy as np
-
-    from lingbot_ros.ros.messages import POINT_DTYPE
-
-    packed = np.frombuffer(msg.data, POINT_DTYPE, count=msg.width * msg.height)
-    xyz = np.stack([packed["x"], packed["y"], packed["z"]], axis=1)
-    rgb = np.stack([(packed["rgb"] >> s) & 0xFF for s in (16, 8, 0)], axis=1).astype(np.uint8)
-    return xyz, rgb
 
 
 @pytest.fixture(scope="session")
@@ -94,3 +76,23 @@ def ros_home(tmp_path_factory, monkeypatch) -> Path:
     path = tmp_path_factory.mktemp("ros_home")
     monkeypatch.setenv("ROS_HOME", str(path))
     return path
+
+
+@pytest.fixture
+def tiny(shared_dir):
+    """(tiny fixture folder, courthouse bag) of the tests over DDS."""
+    fixture = shared_dir / "fixtures" / "tiny_default"
+    bag = shared_dir / "data" / "courthouse_bag"
+    if not (fixture / "ckpt.pt").exists() or not bag.is_dir():
+        pytest.skip(f"tiny fixture or courthouse bag missing under {shared_dir}")
+    return fixture, bag
+
+
+@pytest.fixture
+def ros(tmp_path):
+    """The probe of the map_node tests (helpers.Ros); its subprocesses end with the test."""
+    if MapStatus is None:
+        pytest.skip("lingbot_ros interfaces not generated (run scripts/setup.sh)")
+    env = Ros(tmp_path)
+    yield env
+    env.close()

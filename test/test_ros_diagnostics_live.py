@@ -1,12 +1,11 @@
-"""/diagnostics of map_node over real DDS (ros_harness): reported while unconfigured, an ERROR
+"""/diagnostics of map_node over real DDS (helpers.Ros): reported while unconfigured, an ERROR
 for a failed configure, OK while images come, STALE when they stop, OK again when they return,
 and the input frequency against an expected rate set live."""
 import pytest
 from lifecycle_msgs.msg import Transition
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 
-from ros_harness import BAG_TOPIC, _jpeg, interrupt_and_check_exit
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from helpers import BAG_TOPIC, double_parameter, interrupt_and_check_exit, synthetic_jpeg
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage
 
@@ -27,7 +26,7 @@ class Camera:
         self.timer.cancel()
 
     def _send(self):
-        self.publisher.publish(_jpeg(self.sent % 8, 100 + 0.25 * self.sent))
+        self.publisher.publish(synthetic_jpeg(self.sent % 8, 100 + 0.25 * self.sent))
         self.sent += 1
 
 
@@ -44,11 +43,7 @@ def newest(env, level: int, what: str, name_index: int = 0, contains: str = ""):
     return env.wait(match, what)
 
 
-def _float(name: str, value: float) -> Parameter:
-    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
-
-
-def test_diagnostics_levels_follow_the_images(ros, tiny):  # noqa: F811
+def test_diagnostics_levels_follow_the_images(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "max_stamp_gap_s:=0.0",
                           "stale_after_s:=1.5", "diagnostics_window_s:=2.0", "path_max_length:=0",
@@ -87,7 +82,7 @@ def test_diagnostics_levels_follow_the_images(ros, tiny):  # noqa: F811
                                                    "Duration of window (s)", "Actual frequency (Hz)"}
 
     # An expected rate far above the camera's, set live: the input frequency is too low.
-    ros.set_parameter(_float("expected_rate_hz", 100.0))
+    ros.set_parameter(double_parameter("expected_rate_hz", 100.0))
     frequency = newest(ros, WARN, "the frequency entry WARN below 90 Hz", name_index=1, contains="too low")
     values = {kv.key: kv.value for kv in frequency.values}
     assert values["Minimum acceptable frequency (Hz)"] == "90.000000"

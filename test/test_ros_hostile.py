@@ -1,4 +1,4 @@
-"""Hostile input against the real node over DDS (ros_harness): one node process per input class,
+"""Hostile input against the real node over DDS (helpers.Ros): one node process per input class,
 many bad values each. Every case asserts that the process lives, the image counters balance
 (received = processed + dropped + rejected + failed), nothing non-finite is published or saved,
 the reason is visible in ~/status or /diagnostics, and good input afterwards is processed.
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import GetParameters, SetParameters
 from sensor_msgs.msg import CompressedImage, PointCloud2
 from std_srvs.srv import Trigger
 
-from ros_harness import BAG_TOPIC, SaveMap, _jpeg, _string_parameter, interrupt_and_check_exit
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from helpers import (BAG_TOPIC, SaveMap, double_parameter, integer_parameter, interrupt_and_check_exit,
+                     string_parameter, synthetic_jpeg)
 from lingbot_ros.mapping.export import read_ply, read_tum
 
 tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not importable (scripts/setup.sh builds it)")
@@ -28,14 +28,6 @@ from geometry_msgs.msg import TransformStamped  # noqa: E402
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 STATIC = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-
-def _double(name, value):
-    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
-
-
-def _integer(name, value):
-    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=value))
 
 
 def _set(ros, parameter):
@@ -118,7 +110,7 @@ def _bad_odometry(stamp_s: float) -> dict:
     }
 
 
-def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, tiny):  # noqa: F811
+def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, tiny):
     fixture, _ = tiny
     # A long diagnostics window: the refusals stay in it however slow the machine is.
     node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
@@ -129,7 +121,7 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
     odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
     ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count(), "the node's subscriptions")
-    images.publish(_jpeg(0, 100.0))   # the image clock starts here
+    images.publish(synthetic_jpeg(0, 100.0))   # the image clock starts here
     _alive_and_balanced(ros, node, 1)
     # A diagnostics tick of the active node first: its window counts from its first tick.
     ros.wait(lambda: ros.diagnostic("frames_received") == "1", "a /diagnostics array after the first image")
@@ -153,7 +145,7 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
         odometry.publish(msg)
     ros.wait(lambda: ros.statuses[-1].odometry_received == len(bad) + len(good) or None, "the good odometry")
     for i in range(1, 8):
-        images.publish(_jpeg(i, 100.0 + 0.1 * i))
+        images.publish(synthetic_jpeg(i, 100.0 + 0.1 * i))
     status = _alive_and_balanced(ros, node, 8)
     assert status.odometry_rejected == len(bad)
     published = ros.wait(lambda: len(_finite_transforms(transforms, "odom")) >= 7 and transforms,
@@ -180,7 +172,7 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     assert reset.success, reset.message
     after = [100.8, 100.85, 100.9]
     for i, stamp_s in enumerate(after):
-        images.publish(_jpeg(10 + i, stamp_s))
+        images.publish(synthetic_jpeg(10 + i, stamp_s))
     _alive_and_balanced(ros, node, 11)
     stamps = ros.wait(lambda: {round(t.header.stamp.sec + t.header.stamp.nanosec * 1e-9, 3)
                                for t in _finite_transforms(transforms, "odom")} >= set(after) or None,
@@ -200,7 +192,7 @@ def _mount(translation, quaternion, parent="base_link", child="cam") -> Transfor
     return t
 
 
-def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite(ros, tiny, tmp_path):  # noqa: F811
+def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite(ros, tiny, tmp_path):
     fixture, _ = tiny
     nan, inf = float("nan"), float("inf")
     node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "diagnostics_window_s:=120.0")
@@ -218,7 +210,7 @@ def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite
     images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
     ros.wait(images.get_subscription_count, "the node's image subscription")
     for i in range(6):
-        images.publish(_jpeg(i, 200.0 + 0.1 * i))
+        images.publish(synthetic_jpeg(i, 200.0 + 0.1 * i))
     _alive_and_balanced(ros, node, 6)
     status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].tf_rejected >= 1 else None, "a refused mount")
     assert "camera mount" in status.last_error or "/tf_static" in status.last_error
@@ -233,7 +225,7 @@ def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite
     interrupt_and_check_exit(ros, node)
 
 
-def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  # noqa: F811
+def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):
     fixture, _ = tiny
     root = tmp_path / "maps"
     node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", f"save_directory:={root}")
@@ -242,13 +234,13 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  
     # Values a range accepted although the code could not apply them, and wrong types: refused
     # with the reason, the process alive.
     refused = {
-        "map_publish_period_s": (_double("map_publish_period_s", 1e12), "out of range"),
-        "diagnostics_period_s": (_double("diagnostics_period_s", 1e9), "out of range"),
-        "service_timeout_s": (_double("service_timeout_s", 1e308), "out of range"),
-        "max_stamp_gap_s": (_double("max_stamp_gap_s", 1e308), "out of range"),
-        "stale_after_s (NaN)": (_double("stale_after_s", float("nan")), "stale_after_s"),
-        "save_directory (empty)": (_string_parameter("save_directory", ""), "must name a directory"),
-        "scale (read-only)": (_double("scale", 1e39), "read-only"),
+        "map_publish_period_s": (double_parameter("map_publish_period_s", 1e12), "out of range"),
+        "diagnostics_period_s": (double_parameter("diagnostics_period_s", 1e9), "out of range"),
+        "service_timeout_s": (double_parameter("service_timeout_s", 1e308), "out of range"),
+        "max_stamp_gap_s": (double_parameter("max_stamp_gap_s", 1e308), "out of range"),
+        "stale_after_s (NaN)": (double_parameter("stale_after_s", float("nan")), "stale_after_s"),
+        "save_directory (empty)": (string_parameter("save_directory", ""), "must name a directory"),
+        "scale (read-only)": (double_parameter("scale", 1e39), "read-only"),
     }
     for case, (parameter, why) in refused.items():
         successful, reason = _set(ros, parameter)
@@ -256,7 +248,7 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  
         assert node.poll() is None, case
 
     # An integer for a float parameter is taken as that float: the parameter keeps its type.
-    assert _set(ros, _integer("min_confidence", 2)) == (True, "")
+    assert _set(ros, integer_parameter("min_confidence", 2)) == (True, "")
     value = ros.call(GetParameters, "/map_node/get_parameters", GetParameters.Request(names=["min_confidence"]))
     assert (value.values[0].type, value.values[0].double_value) == (ParameterType.PARAMETER_DOUBLE, 2.0)
 
@@ -271,11 +263,11 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  
     maps: list = []
     ros.node.create_subscription(PointCloud2, "/map_node/map", maps.append, QoSProfile(
         depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
-    assert _set(ros, _double("map_publish_period_s", 0.001)) == (True, "")
+    assert _set(ros, double_parameter("map_publish_period_s", 0.001)) == (True, "")
     images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
     ros.wait(images.get_subscription_count, "the node's image subscription")
     for i in range(5):
-        images.publish(_jpeg(i, 300.0 + 0.1 * i))
+        images.publish(synthetic_jpeg(i, 300.0 + 0.1 * i))
     _alive_and_balanced(ros, node, 5)
     ros.wait(lambda: maps, "a map")
     flushed = ros.call(Trigger, "/map_node/flush_deferred_evictions", Trigger.Request())
@@ -310,13 +302,13 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):  
 
     # Good input after all of it: processed, balanced.
     for i in range(5, 8):
-        images.publish(_jpeg(i, 300.0 + 0.1 * i))
+        images.publish(synthetic_jpeg(i, 300.0 + 0.1 * i))
     status = _alive_and_balanced(ros, node, 8)
     assert status.callback_errors == 0
     interrupt_and_check_exit(ros, node)
 
 
-def test_hostile_start_up_parameters_fail_configure_naming_each(ros, tiny):  # noqa: F811
+def test_hostile_start_up_parameters_fail_configure_naming_each(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, "scale_source:=fixed", "scale:=1e39", "odom_frame:=base_link",
                           "save_directory:=' '", "map_publish_period_s:=1e12", "service_timeout_s:=1e308",

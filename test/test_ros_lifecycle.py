@@ -4,18 +4,12 @@ import signal
 
 import pytest
 from lifecycle_msgs.msg import Transition
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 
-from ros_harness import BAG_TOPIC, TIMEOUT, MapStatus, courthouse_jpegs, jpeg_message
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from helpers import BAG_TOPIC, TIMEOUT, MapStatus, courthouse_jpegs, jpeg_message, string_parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 T = Transition
-
-
-def _string(name: str, value: str) -> Parameter:
-    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value))
 
 
 class Camera:
@@ -36,7 +30,7 @@ class Camera:
             self.sent += 1
 
 
-def test_lifecycle_cycles_resume_exactly_and_release_everything(ros, tiny, shared_dir):  # noqa: F811
+def test_lifecycle_cycles_resume_exactly_and_release_everything(ros, tiny, shared_dir):
     fixture, _ = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "warmup:=true", "warmup_image_size:=640x480",
                           "max_stamp_gap_s:=0.0", "long_run_policy:=none", "diagnostics_period_s:=0.2",
@@ -69,11 +63,11 @@ def test_lifecycle_cycles_resume_exactly_and_release_everything(ros, tiny, share
         if cycle == 1:
             # A failing activate: process_all_frames cannot keep its promise over best effort. The
             # node stays inactive with nothing created, and activates once the value is fixed.
-            ros.set_parameter(_string("image_qos", "best_effort"))
+            ros.set_parameter(string_parameter("image_qos", "best_effort"))
             ros.transition(T.TRANSITION_ACTIVATE, "inactive", succeeds=False)
             assert "set image_qos to auto or reliable" in ros.output(node)
             one_of_each("after the failed activate")
-            ros.set_parameter(_string("image_qos", "auto"))
+            ros.set_parameter(string_parameter("image_qos", "auto"))
 
         ros.transition(T.TRANSITION_ACTIVATE, "active")
         camera.send(4)
@@ -97,7 +91,7 @@ STATES = ("unconfigured", "inactive", "active", "initialising", "inference")
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("state", STATES)
-def test_a_signal_in_every_state_exits_0_without_a_traceback(ros, tiny, shared_dir, state, signum):  # noqa: F811
+def test_a_signal_in_every_state_exits_0_without_a_traceback(ros, tiny, shared_dir, state, signum):
     fixture, _ = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "num_scale_frames:=3", autostart=False)
     assert ros.state() == "unconfigured"      # the node is up (a signal before that is not ours)

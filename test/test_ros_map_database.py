@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from ros_harness import SaveMap, interrupt_and_check_exit
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from helpers import SaveMap, interrupt_and_check_exit
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 SETTINGS = ("process_all_frames:=true", "long_run_policy:=windowed", "window_size:=10", "overlap_size:=4",
@@ -22,7 +21,7 @@ def replay(ros, bag, frames: int):
     return ros.wait(lambda: ros.settled_with(frames), f"{frames} frames processed", timeout=120)
 
 
-def test_export_after_a_clean_stop_is_what_save_map_wrote(ros, tiny, tmp_path):  # noqa: F811
+def test_export_after_a_clean_stop_is_what_save_map_wrote(ros, tiny, tmp_path):
     fixture, bag = tiny
     database = tmp_path / "map.db"
     node = ros.start_node(fixture, *SETTINGS, f"map_database:={database}")
@@ -42,7 +41,7 @@ def test_export_after_a_clean_stop_is_what_save_map_wrote(ros, tiny, tmp_path): 
     assert "run 1: clean;" in info.stdout and "24 frames" in info.stdout, info.stdout
 
 
-def test_a_database_it_cannot_write_is_a_warning_and_mapping_goes_on(ros, tiny, tmp_path):  # noqa: F811
+def test_a_database_it_cannot_write_is_a_warning_and_mapping_goes_on(ros, tiny, tmp_path):
     fixture, bag = tiny
     database = tmp_path / "corrupt.db"
     database.write_bytes(b"not a database" * 100)
@@ -86,7 +85,7 @@ def restart_with_resume(ros, fixture, database, expected: str):
     return node
 
 
-def test_a_restart_with_resume_continues_as_a_new_window_would(ros, tiny, tmp_path):  # noqa: F811
+def test_a_restart_with_resume_continues_as_a_new_window_would(ros, tiny, tmp_path):
     fixture, bag = tiny
     database = tmp_path / "map.db"
     node = ros.start_node(fixture, *SETTINGS, f"map_database:={database}")
@@ -108,7 +107,7 @@ def test_a_restart_with_resume_continues_as_a_new_window_would(ros, tiny, tmp_pa
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny, tmp_path, seed):  # noqa: F811
+def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny, tmp_path, seed):
     import random
     import signal
     import sqlite3

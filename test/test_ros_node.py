@@ -1,13 +1,13 @@
-"""map_node over real DDS (ros_harness): replay, services, bad input, lifecycle, parameters."""
+"""map_node over real DDS (helpers.Ros): replay, services, bad input, lifecycle, parameters."""
 import math
 import time
 
 import numpy as np
 import pytest
 
-from ros_harness import (BAG_START_NS, BAG_TOPIC, TIMEOUT, MapStatus, SaveMap, _jpeg, _publish_when_matched, _raw,
-                         _string_parameter, interrupt_and_check_exit)
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+pytest.importorskip("rclpy")
+from helpers import (BAG_START_NS, BAG_TOPIC, TIMEOUT, GetTrajectory, MapStatus, SaveMap,  # noqa: E402
+                     interrupt_and_check_exit, publish_when_matched, string_parameter, synthetic_jpeg, synthetic_raw)
 
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from rcl_interfaces.srv import SetParameters  # noqa: E402
@@ -15,12 +15,11 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from lingbot_ros.mapping import read_ply, read_tum  # noqa: E402
-from lingbot_ros.srv import GetTrajectory  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 
-def test_replay_newest_frame_wins(ros, tiny, tmp_path):  # noqa: F811
+def test_replay_newest_frame_wins(ros, tiny, tmp_path):
     fixture, bag = tiny
     # The replay spans 6 s of stamps in 1.5 s of wall time; a slow first step under CPU load can
     # make the node's next newest frame more than the default 5 s of stamps later, which restarts
@@ -64,7 +63,7 @@ def test_replay_newest_frame_wins(ros, tiny, tmp_path):  # noqa: F811
     interrupt_and_check_exit(ros, node)
 
 
-def test_replay_process_all_frames(ros, tiny):  # noqa: F811
+def test_replay_process_all_frames(ros, tiny):
     fixture, bag = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable",
                           "image_qos_depth:=100", "queue_size:=100")
@@ -83,7 +82,7 @@ def test_replay_process_all_frames(ros, tiny):  # noqa: F811
     interrupt_and_check_exit(ros, node)
 
 
-def test_services_bad_input_and_lifecycle(ros, tiny, tmp_path):  # noqa: F811
+def test_services_bad_input_and_lifecycle(ros, tiny, tmp_path):
     fixture, _ = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable",
                           "image_qos_depth:=50", "queue_size:=50", "use_camera_info:=true",
@@ -94,10 +93,10 @@ def test_services_bad_input_and_lifecycle(ros, tiny, tmp_path):  # noqa: F811
 
     # Compressed input: a corrupt JPEG, an empty one and a NaN camera_info, then good frames.
     nan_info = CameraInfo(width=128, height=96, k=[math.nan] * 9)
-    _publish_when_matched(ros, CameraInfo, "/map_node/camera_info", [nan_info])
-    _publish_when_matched(ros, CompressedImage, BAG_TOPIC, [
+    publish_when_matched(ros, CameraInfo, "/map_node/camera_info", [nan_info])
+    publish_when_matched(ros, CompressedImage, BAG_TOPIC, [
         CompressedImage(format="jpeg", data=b"\xff\xd8 corrupt"), CompressedImage(format="jpeg"),
-        *[_jpeg(i, 100 + 0.1 * i) for i in range(4)]])
+        *[synthetic_jpeg(i, 100 + 0.1 * i) for i in range(4)]])
     status = ros.wait(lambda: ros.settled_with(4), "4 good frames processed after 2 bad ones")
     assert status.frames_rejected == 2 and status.state == MapStatus.STATE_TRACKING
     # One /diagnostics array with both (camera_info has its own callback group: an array from
@@ -109,20 +108,20 @@ def test_services_bad_input_and_lifecycle(ros, tiny, tmp_path):  # noqa: F811
     ros.transition(Transition.TRANSITION_DEACTIVATE, "inactive")
     ros.transition(Transition.TRANSITION_CLEANUP, "unconfigured")
     result = ros.call(SetParameters, "/map_node/set_parameters", SetParameters.Request(
-        parameters=[_string_parameter("image_transport", "raw")]))
+        parameters=[string_parameter("image_transport", "raw")]))
     assert result.results[0].successful
     ros.transition(Transition.TRANSITION_CONFIGURE, "inactive")
     ros.transition(Transition.TRANSITION_ACTIVATE, "active")
 
     # Raw input: a step too small for the width, an unknown encoding, an empty image.
-    good = _raw(9, 200.0)
+    good = synthetic_raw(9, 200.0)
     short_step = Image(height=good.height, width=good.width, encoding="rgb8", step=good.width,
                        data=bytes(good.width * good.height))
     unknown = Image(height=good.height, width=good.width, encoding="weird8", step=good.step,
                     data=bytes(good.data))
     empty = Image(encoding="rgb8")
-    _publish_when_matched(ros, Image, "/map_node/image", [
-        short_step, unknown, empty, *[_raw(i, 200 + 0.1 * i) for i in range(5)]])
+    publish_when_matched(ros, Image, "/map_node/image", [
+        short_step, unknown, empty, *[synthetic_raw(i, 200 + 0.1 * i) for i in range(5)]])
     status = ros.wait(lambda: ros.settled_with(5), "5 good frames processed after 3 bad ones")
     assert status.frames_received == 8 and status.frames_rejected == 3 and status.frames_failed == 0
     assert "image skipped" in status.last_error and status.state == MapStatus.STATE_TRACKING
@@ -155,14 +154,14 @@ def test_services_bad_input_and_lifecycle(ros, tiny, tmp_path):  # noqa: F811
     ros.wait(lambda: len(ros.statuses) > count, "status after reset")
     assert ros.statuses[-1].state == MapStatus.STATE_RESTARTED and ros.statuses[-1].restarts == 1
     assert ros.statuses[-1].keyframes == 0
-    _publish_when_matched(ros, Image, "/map_node/image", [_raw(20, 300.0)])
+    publish_when_matched(ros, Image, "/map_node/image", [synthetic_raw(20, 300.0)])
     status = ros.wait(lambda: (s := ros.settled_with(5)) and s.init_frames == 1 and s,
                       "the first frame after the reset, buffered")
     assert status.state == MapStatus.STATE_INITIALISING and status.init_frames == 1
     interrupt_and_check_exit(ros, node)
 
 
-def test_bad_parameters_fail_configure_with_the_parameter_name(ros, tiny):  # noqa: F811
+def test_bad_parameters_fail_configure_with_the_parameter_name(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, "keyframe_interval:=0", "image_qos:=fastest")
     assert node.wait(TIMEOUT) == 1

@@ -22,7 +22,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
-from conftest import unpack_points, wait_until  # noqa: E402
+from helpers import stamp_ns, unpack_points, wait_until  # noqa: E402
 
 from lingbot_ros.mapping.trajectory import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
@@ -40,10 +40,6 @@ _BASE = cv2.resize((np.random.default_rng(2).random((60, 80)) * 255).astype(np.u
 
 def wait(condition, what: str):
     return wait_until(condition, what, TIMEOUT)
-
-
-def stamp_ns(header) -> int:
-    return header.stamp.sec * 10**9 + header.stamp.nanosec
 
 
 class Live:

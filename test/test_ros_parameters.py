@@ -1,27 +1,19 @@
-"""map_node's parameters over the real services (ros_harness): read-only ones refused, ranges in
+"""map_node's parameters over the real services (helpers.Ros): read-only ones refused, ranges in
 the descriptors, bad values refused with the reason, live ones taking effect on the next output,
 input ones only while inactive."""
 import pytest
 from lifecycle_msgs.msg import Transition
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.msg import Parameter, ParameterType
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 from sensor_msgs.msg import CompressedImage, PointCloud2
 
-from ros_harness import BAG_TOPIC, _jpeg, _publish_when_matched, _string_parameter, interrupt_and_check_exit
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from helpers import (BAG_TOPIC, double_parameter, integer_parameter, interrupt_and_check_exit, publish_when_matched,
+                     string_parameter, synthetic_jpeg)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 T = Transition
 WIDTH, HEIGHT = 112, 84    # model input of the probe's 128x96 images at image_width 112
 # (~/points keeps every stride-th pixel of both axes: ceil(84 / stride) * ceil(112 / stride))
-
-
-def _integer(name: str, value: int) -> Parameter:
-    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=value))
-
-
-def _double(name: str, value: float) -> Parameter:
-    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value))
 
 
 def set_one(env, parameter: Parameter):
@@ -36,7 +28,7 @@ def value_of(env, name: str):
             ParameterType.PARAMETER_STRING: value.string_value}[value.type]
 
 
-def test_read_only_parameters_and_ranges_are_described(ros, tiny):  # noqa: F811
+def test_read_only_parameters_and_ranges_are_described(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, autostart=False)
     names = ["sliding_window", "min_confidence", "path_max_length", "diagnostics_period_s", "image_qos"]
@@ -59,7 +51,7 @@ def test_read_only_parameters_and_ranges_are_described(ros, tiny):  # noqa: F811
     interrupt_and_check_exit(ros, node)
 
 
-def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):  # noqa: F811
+def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "min_confidence:=0.0",
                           "max_stamp_gap_s:=0.0")
@@ -69,19 +61,19 @@ def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):  # n
     ros.node.create_subscription(PointCloud2, "/map_node/points", points.append, 10)
 
     # Refused, with the reason, and nothing changes.
-    successful, reason = set_one(ros, _integer("sliding_window", 8))
+    successful, reason = set_one(ros, integer_parameter("sliding_window", 8))
     assert not successful and "read-only" in reason and "sliding_window" in reason
-    successful, reason = set_one(ros, _double("min_confidence", -1.0))
+    successful, reason = set_one(ros, double_parameter("min_confidence", -1.0))
     assert not successful and "min_confidence" in reason and "out of range" in reason
-    successful, reason = set_one(ros, _integer("path_max_length", 0))
+    successful, reason = set_one(ros, integer_parameter("path_max_length", 0))
     assert not successful and "path_max_length" in reason and "out of range" in reason
-    successful, reason = set_one(ros, _double("diagnostics_period_s", 0.0))
+    successful, reason = set_one(ros, double_parameter("diagnostics_period_s", 0.0))
     assert not successful and "'diagnostics_period_s' must be > 0" in reason
-    successful, reason = set_one(ros, _double("rate_tolerance", 1.5))
+    successful, reason = set_one(ros, double_parameter("rate_tolerance", 1.5))
     assert not successful and "'rate_tolerance' must be below 1" in reason
-    successful, reason = set_one(ros, _string_parameter("path_max_length", "three"))
+    successful, reason = set_one(ros, string_parameter("path_max_length", "three"))
     assert not successful and "'path_max_length' must be a int" in reason
-    successful, reason = set_one(ros, _string_parameter("image_qos", "best_effort"))
+    successful, reason = set_one(ros, string_parameter("image_qos", "best_effort"))
     assert not successful and "'image_qos' is taken at activate" in reason
     assert (value_of(ros, "sliding_window"), value_of(ros, "min_confidence")) == (4, 0.0)
     assert (value_of(ros, "path_max_length"), value_of(ros, "image_qos")) == (1000, "reliable")
@@ -89,18 +81,19 @@ def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):  # n
     # Live: the path keeps 3 poses, points come at another stride, and a confidence threshold
     # no pixel reaches empties ~/points (a Mapper setting: applied on the worker, between frames).
     ros.wait(lambda: ros.node.count_publishers("/map_node/points"), "the node's ~/points")
-    frames = [_jpeg(i, 100 + 0.1 * i) for i in range(8)]
-    _publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[:4])
+    frames = [synthetic_jpeg(i, 100 + 0.1 * i) for i in range(8)]
+    publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[:4])
     ros.wait(lambda: ros.settled_with(4), "4 frames processed")
     ros.wait(lambda: len(ros.paths) >= 2 and points, "a path and points")   # phase 1 outputs after frame 3
     assert len(ros.paths[-1].poses) == 4
     assert points[-1].width == -(-HEIGHT // 4) * -(-WIDTH // 4)
 
     # An integer for a float parameter is accepted, as a YAML 1 for 1.0 is.
-    for parameter in (_integer("path_max_length", 3), _integer("points_stride", 8), _integer("odom_variance", 1)):
+    for parameter in (integer_parameter("path_max_length", 3), integer_parameter("points_stride", 8),
+                      integer_parameter("odom_variance", 1)):
         assert set_one(ros, parameter) == (True, "")
     assert isinstance(value_of(ros, "odom_variance"), float)   # and it stays a float parameter
-    _publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[4:6])
+    publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[4:6])
     ros.wait(lambda: ros.settled_with(6), "6 frames processed")
     ros.wait(lambda: ros.paths[-1].header.stamp == frames[5].header.stamp, "the path of frame 6")
     path = ros.paths[-1]
@@ -108,17 +101,17 @@ def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):  # n
     ros.wait(lambda: points[-1].header.stamp == frames[5].header.stamp, "the points of frame 6")
     assert points[-1].width == -(-HEIGHT // 8) * -(-WIDTH // 8)
 
-    assert set_one(ros, _double("min_confidence", 1e30)) == (True, "")
-    _publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[6:7])
+    assert set_one(ros, double_parameter("min_confidence", 1e30)) == (True, "")
+    publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[6:7])
     ros.wait(lambda: points[-1].header.stamp == frames[6].header.stamp, "the points of frame 7")
     assert points[-1].width == 0
     assert value_of(ros, "path_max_length") == 3 and value_of(ros, "min_confidence") == 1e30
 
     # An input parameter changes while inactive and is taken at the next activate.
     ros.transition(T.TRANSITION_DEACTIVATE, "inactive")
-    assert set_one(ros, _string_parameter("image_qos", "auto")) == (True, "")
+    assert set_one(ros, string_parameter("image_qos", "auto")) == (True, "")
     ros.transition(T.TRANSITION_ACTIVATE, "active")
     assert value_of(ros, "image_qos") == "auto"
-    _publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[7:8])
+    publish_when_matched(ros, CompressedImage, BAG_TOPIC, frames[7:8])
     ros.wait(lambda: ros.settled_with(8), "a frame through the re-created subscription")
     interrupt_and_check_exit(ros, node)

@@ -5,8 +5,7 @@ import sys
 
 import pytest
 
-from ros_harness import BAG_START_NS, TIMEOUT, SaveMap, interrupt_and_check_exit
-from ros_harness import ros, tiny  # noqa: F401 (fixtures)
+from helpers import BAG_START_NS, TIMEOUT, SaveMap, interrupt_and_check_exit
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 BAG_FRAMES = 286
@@ -17,7 +16,7 @@ BAG_FRAMES = 286
     ("4", (), BAG_FRAMES),                                   # keep-all reliable alone keeps every frame
     ("20", ("--wait-for-node", "/map_node", "--max-lead", "10"), BAG_FRAMES),   # and the player waits
 ])
-def test_process_all_frames_loses_nothing_at_any_rate(ros, tiny, rate, extra, frames):  # noqa: F811
+def test_process_all_frames_loses_nothing_at_any_rate(ros, tiny, rate, extra, frames):
     fixture, bag = tiny
     node = ros.start_node(fixture, "process_all_frames:=true", "max_stamp_gap_s:=0.0")
     ros.wait(lambda: ros.statuses, "the node's first status")
@@ -38,7 +37,7 @@ COMMON = {"num_scale_frames": "3", "sliding_window": "4", "image_width": "112", 
     {"long_run_policy": "reset"},
     {"long_run_policy": "windowed", "window_size": "10", "overlap_size": "4"},
 ], ids=["stream", "windowed"])
-def test_the_node_saves_what_the_offline_tool_writes(ros, tiny, tmp_path, policy):  # noqa: F811
+def test_the_node_saves_what_the_offline_tool_writes(ros, tiny, tmp_path, policy):
     fixture, bag = tiny
     settings = {**COMMON, **policy}
     node = ros.start_node(fixture, "process_all_frames:=true", *(f"{k}:={v}" for k, v in settings.items()))

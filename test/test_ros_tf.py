@@ -7,7 +7,6 @@ The tf2_ros backend runs where tf2_ros imports (a ROS distro) and is skipped, wi
 in the venv.
 """
 import importlib.util
-import math
 import random
 import threading
 
@@ -20,9 +19,8 @@ from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
-from conftest import wait_until  # noqa: E402
-from test_ros_tf_tree import (BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, rigid,  # noqa: E402
-                              transform_matrix)
+from helpers import (BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, RZ90, H, rigid,  # noqa: E402
+                     transform_matrix, wait_until)
 
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
@@ -32,8 +30,7 @@ from lingbot_ros.ros.tf_output import TfConflictWatch, TfOutput  # noqa: E402
 pytestmark = pytest.mark.ros
 TIMEOUT = 20.0
 TFMessage = tf2_msgs.TFMessage
-H = math.sqrt(0.5)
-RZ90, RZ180 = [[0, -1, 0], [1, 0, 0], [0, 0, 1]], [[-1, 0, 0], [0, -1, 0], [0, 0, 1]]
+RZ180 = [[-1, 0, 0], [0, -1, 0], [0, 0, 1]]
 
 NEEDS_TF2_ROS = pytest.mark.skipif(importlib.util.find_spec("tf2_ros") is None, reason="tf2_ros not importable (a ROS distro has it; "
                                                           "the venv install does not)")

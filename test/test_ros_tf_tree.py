@@ -1,50 +1,14 @@
 """StaticTree (the venv's /tf_static chaining) and the TF message conversions, against
 hand-computed transforms. No DDS: test_ros_tf.py runs the same trees through real topics."""
-import math
-
 import numpy as np
 import pytest
 
 pytest.importorskip("rclpy")
-from geometry_msgs.msg import Transform  # noqa: E402
-
 from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
-from lingbot_ros.ros.input_checks import checked_transform  # noqa: E402
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.tf_lookup import StaticTree  # noqa: E402
 
-H = math.sqrt(0.5)
-RZ90 = [[0, -1, 0], [1, 0, 0], [0, 0, 1]]
-# camera_link -> camera_optical_frame, the usual rpy (-90, 0, -90): optical z (forward) is the
-# link's x, optical x (right) its -y, optical y (down) its -z. Quaternion (-0.5, 0.5, -0.5, 0.5).
-OPTICAL = [[0, 0, 1], [-1, 0, 0], [0, -1, 0]]
-
-
-def rigid(rotation, translation) -> np.ndarray:
-    pose = np.eye(4)
-    pose[:3, :3], pose[:3, 3] = rotation, translation
-    return pose
-
-
-def transform_matrix(transform) -> np.ndarray:
-    """geometry_msgs/Transform -> [4, 4] by the node's own conversion (the input boundary's)."""
-    return checked_transform(transform.translation, transform.rotation, "a test transform")
-
-
-def message_transform(translation, quat_xyzw) -> Transform:
-    t = Transform()
-    t.translation.x, t.translation.y, t.translation.z = translation
-    t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w = quat_xyzw
-    return t
-
-
-# The tree of a small robot, as its URDF would put it on /tf_static (quaternions written by hand).
-BASE_TO_LINK = message_transform((0.1, 0.0, 0.2), (0.0, 0.0, H, H))          # yaw 90
-LINK_TO_OPTICAL = message_transform((0.02, -0.03, 0.0), (-0.5, 0.5, -0.5, 0.5))
-# By hand: R = RZ90 @ OPTICAL, t = (0.1, 0, 0.2) + RZ90 @ (0.02, -0.03, 0) = (0.13, 0.02, 0.2).
-BASE_OPTICAL = [[1, 0, 0, 0.13], [0, 0, 1, 0.02], [0, -1, 0, 0.2], [0, 0, 0, 1]]
-# Its inverse: R^T and -R^T t.
-OPTICAL_BASE = [[1, 0, 0, -0.13], [0, 0, -1, 0.2], [0, 1, 0, -0.02], [0, 0, 0, 1]]
+from helpers import BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL, OPTICAL_BASE, RZ90, rigid, transform_matrix  # noqa: E402
 
 
 def robot_tree() -> StaticTree:

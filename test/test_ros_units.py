@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import unpack_points
+from helpers import unpack_points
 
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray

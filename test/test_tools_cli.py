@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
-from ros_teardown import shut_down
+from helpers import shut_down, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF")

@@ -4,18 +4,16 @@ byte for byte what save() wrote, and a database that cannot be written changes n
 import filecmp
 import random
 
-import numpy as np
 import pytest
 
 from lingbot_ros.cache import NothingToRollback
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.export import write_map_files
-from lingbot_ros.mapping.map_readback import load_run
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings
 
-from test_mapper import frame
+from helpers import assert_database_is_the_mapper, frame, stored_run
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -30,46 +28,6 @@ def make_mapper(fixture_files, tmp_path):
                                      "map_database": str(tmp_path / "map.db"), **overrides})
         return Mapper(settings, factory.build(settings))
     return make
-
-
-def stored(mapper):
-    conn = mdb.connect(mdb.resolve_path(mapper.settings.map_database), readonly=True)
-    try:
-        return load_run(conn, mdb.runs(conn)[-1])
-    finally:
-        conn.close()
-
-
-def assert_database_is_the_mapper(mapper):
-    assert mapper.recorder.commit(), mapper.recorder.failure
-    run = stored(mapper)
-    expected = mapper.saved_trajectory()
-    conversion = mapper._stream.frames.conversion
-    assert [p.key for p in run.trajectory] == [p.key for p in expected]
-    np.testing.assert_array_equal(run.trajectory.stamps_ns(), expected.stamps_ns())
-    np.testing.assert_array_equal(run.trajectory.poses(), expected.poses())
-    # The map itself, as MapStore.points combines its parts (a save adds the held and the
-    # provisional keyframes).
-    store = mapper._store
-    xyz, rgb = store.live_map.points()
-    xyz = conversion.points(xyz)
-    if len(store._finished_map):
-        combined = store._finished_map.copy()
-        combined.insert(xyz, rgb)
-        xyz, rgb = combined.points()
-    np.testing.assert_array_equal(run.xyz, xyz)
-    np.testing.assert_array_equal(run.rgb, rgb)
-    if mapper._stream.windows is None:
-        assert run.windows is None
-    else:
-        records = mapper.window_records()
-        assert [(r.window, r.first_index) for r in run.windows] == [(r.window, r.first_index) for r in records]
-        for got, want in zip(run.windows, records):
-            assert float(got.similarity.scale) == float(want.similarity.scale)
-            np.testing.assert_array_equal(got.similarity.rotation.numpy(),
-                                          want.similarity.rotation.double().numpy())
-            assert got.overlap_error == want.overlap_error or np.isnan(want.overlap_error)
-    assert (run.info.scale, run.info.scale_known) == (conversion.scale, conversion.metric.known)
 
 
 @pytest.mark.parametrize("seed, overrides", [
@@ -118,7 +76,7 @@ def test_a_clean_end_exports_what_save_wrote(make_mapper, tmp_path, overrides):
         mapper.rollback_last_frame()
     mapper.save(tmp_path / "saved")   # mid-window: provisional frames in the map and trajectory
     mapper.close()
-    run = stored(mapper)
+    run = stored_run(mapper)
     assert run.info.ending == mdb.CLEAN
     write_map_files(tmp_path / "exported", run.xyz, run.rgb, run.trajectory, run.windows)
     for name in ("map.ply", "trajectory.tum") + (() if overrides else ("windows.csv",)):

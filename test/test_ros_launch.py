@@ -33,7 +33,7 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
-from conftest import wait_until  # noqa: E402
+from helpers import wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]

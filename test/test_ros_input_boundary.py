@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import wait_until
+from helpers import wait_until
 
 pytest.importorskip("rclpy")
 from geometry_msgs.msg import Quaternion, Vector3  # noqa: E402

@@ -20,10 +20,9 @@ from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
-from conftest import wait_until  # noqa: E402
+from helpers import Probe, wait_until  # noqa: E402
 from lingbot_ros.tools.replay import message_class  # noqa: E402
 from lingbot_ros.tools.replay_qos import parse_overrides, preset, recorded_profile  # noqa: E402
-from replay_probe import Probe  # noqa: E402
 
 INFINITE = QosTime(9223372036, 854775807)        # RMW_DURATION_INFINITE as rosbag2 records it
 OLD_INFINITE = QosTime(2147483647, 4294967295)   # the sentinel of older bags

@@ -11,8 +11,7 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings
 
-from test_mapper import frame
-from test_mapper_database import assert_database_is_the_mapper
+from helpers import assert_database_is_the_mapper, frame
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 FRAMES = 20
@@ -110,7 +109,7 @@ def test_a_run_without_a_continuation_goes_on_from_its_last_pose(make_mapper, tm
 
 def crash(mapper: Mapper) -> None:
     """As a SIGKILL right after the writer's last commit leaves the file: the run not ended (the
-    kill tests with real processes: test_map_database.py, test_ros_map_database.py)."""
+    kill tests with real processes: test_mapping_map_database.py, test_ros_map_database.py)."""
     assert mapper.recorder.commit(), mapper.recorder.failure
     writer = mapper.recorder.writer
     writer._queue.put(None)   # the thread stops without the clean end's events

@@ -15,8 +15,7 @@ from rosbags.rosbag2 import Reader  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 
-from conftest import wait_until  # noqa: E402
-from replay_probe import Probe  # noqa: E402
+from helpers import Probe, stamp_ns, wait_until  # noqa: E402
 
 try:
     from lingbot_ros.msg import MapStatus
@@ -57,7 +56,7 @@ class FakeNode:
         return self.processed + self.rejected
 
     def _on_image(self, msg) -> None:
-        self.stamps.append(msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec)
+        self.stamps.append(stamp_ns(msg.header))
         self.leads.append(len(self.stamps) - self.accounted)
 
     def _process_one(self) -> None:

@@ -19,10 +19,10 @@ from lingbot_ros.mapping.map_readback import replay_map
 from lingbot_ros.mapping.map_writer import CLEARED, FRAME, POINTS, REMOVED, MapWriter
 from lingbot_ros.mapping.voxel_map import VoxelMap
 
+from map_db_writer import points, pose
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "test" / "map_db_writer.py"
-sys.path.insert(0, str(SCRIPT.parent))
-from map_db_writer import points, pose  # noqa: E402
 
 SETTINGS = {"map_voxel_size_m": 0.05, "max_map_points": 10**6, "long_run_policy": "reset",
             "camera_mount": "0 0 0 0 0 0"}

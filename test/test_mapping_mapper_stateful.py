@@ -36,7 +36,7 @@ from lingbot_ros.mapping.records import FAILED, REJECTED, RESTART, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.stream import Preprocessor
 
-from test_mapper_database import assert_database_is_the_mapper
+from helpers import assert_database_is_the_mapper
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -5,9 +5,7 @@ shifted sideways, so the motion policy's parallax is known (a shift of s pixels 
 at the policy's 320 px working width).
 """
 import dataclasses
-import itertools
 
-import cv2
 import numpy as np
 import pytest
 
@@ -17,6 +15,8 @@ from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+
+from helpers import frame
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -30,20 +30,6 @@ def make_mapper(fixture_files):
                                      "long_run_policy": "reset", **overrides})
         return Mapper(settings, factory.build(settings))
     return make
-
-
-_BASE = cv2.resize((np.random.default_rng(1).random((60, 80)) * 255).astype(np.uint8), (640, 480),
-                   interpolation=cv2.INTER_CUBIC)
-_counter = itertools.count()
-
-
-def frame(shift_px: int = 0, stamp_s: float | None = None, size=None) -> InputFrame:
-    """The textured image shifted right by ``shift_px``; stamps advance 0.1 s per call."""
-    stamp_s = next(_counter) * 0.1 if stamp_s is None else stamp_s
-    rgb = np.ascontiguousarray(np.dstack([np.roll(_BASE, shift_px, axis=1)] * 3))
-    if size is not None:
-        rgb = np.ascontiguousarray(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA))
-    return InputFrame(rgb=rgb, stamp_ns=round(stamp_s * 1e9), frame_id="cam")
 
 
 def stored(mapper) -> int:
