@@ -38,21 +38,32 @@ def files(directory, windows=True):
     return {name: (directory / name).read_bytes() for name in names}
 
 
+def finished(mapper: Mapper, directory) -> dict:
+    """End the input, save, close: the saved files."""
+    mapper.finish()
+    mapper.save(directory)
+    mapper.close()
+    return files(directory)
+
+
+def uninterrupted(make_mapper, tmp_path, stop: int, feed=Mapper.process, **settings) -> tuple[dict, object]:
+    """The reference: one run that takes a new window at frame ``stop``; its files and last status."""
+    inputs = stream()
+    whole = make_mapper("whole.db", **settings)
+    for item in inputs[:stop]:
+        feed(whole, item)
+    assert whole.new_window().startswith("window ")
+    for item in inputs[stop:]:
+        feed(whole, item)
+    return finished(whole, tmp_path / "whole"), whole.snapshot
+
+
 # The window is 8 frames, the overlap 2: stopping at frame 5 or 11 leaves the window's last two
 # frames final; at 7 or 13 one of them is provisional (the next window gives its final value).
 @pytest.mark.parametrize("stop", [5, 7, 11, 13])
 def test_a_resumed_run_continues_exactly_as_a_new_window_would(make_mapper, tmp_path, stop):
+    want, _ = uninterrupted(make_mapper, tmp_path, stop)
     inputs = stream()
-    whole = make_mapper("whole.db")
-    for item in inputs[:stop]:
-        whole.process(item)
-    assert whole.new_window().startswith("window ")
-    for item in inputs[stop:]:
-        whole.process(item)
-    whole.finish()
-    whole.save(tmp_path / "whole")
-    whole.close()
-
     first = make_mapper("parts.db")
     for item in inputs[:stop]:
         first.process(item)
@@ -63,10 +74,7 @@ def test_a_resumed_run_continues_exactly_as_a_new_window_would(make_mapper, tmp_
     for item in inputs[stop:]:
         resumed.process(item)
     assert_database_is_the_mapper(resumed)
-    resumed.finish()
-    resumed.save(tmp_path / "resumed")
-    resumed.close()
-    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+    assert finished(resumed, tmp_path / "resumed") == want
 
 
 def test_a_resumed_run_that_ends_at_once_is_the_stored_run(make_mapper, tmp_path):
@@ -123,17 +131,8 @@ EVERY_FRAME = {"map_database_continuation_s": 1e-9}   # a continuation stored af
 @pytest.mark.parametrize("stop", [7, 13])
 def test_a_run_resumed_after_a_crash_at_its_continuation_goes_on_as_a_new_window_would(make_mapper, tmp_path,
                                                                                         stop):
+    want, _ = uninterrupted(make_mapper, tmp_path, stop)
     inputs = stream()
-    whole = make_mapper("whole.db")
-    for item in inputs[:stop]:
-        whole.process(item)
-    whole.new_window()
-    for item in inputs[stop:]:
-        whole.process(item)
-    whole.finish()
-    whole.save(tmp_path / "whole")
-    whole.close()
-
     first = make_mapper("parts.db", **EVERY_FRAME)
     for item in inputs[:stop]:
         first.process(item)
@@ -143,10 +142,7 @@ def test_a_run_resumed_after_a_crash_at_its_continuation_goes_on_as_a_new_window
     for item in inputs[stop:]:
         resumed.process(item)
         assert_database_is_the_mapper(resumed)
-    resumed.finish()
-    resumed.save(tmp_path / "resumed")
-    resumed.close()
-    got, want = files(tmp_path / "resumed"), files(tmp_path / "whole")
+    got = finished(resumed, tmp_path / "resumed")
     assert got["trajectory.tum"] == want["trajectory.tum"] and got["windows.csv"] == want["windows.csv"]
     # The map lacks one keyframe's points: the newest final keyframe is held out of the map until
     # the next one (a rollback may still take it out: map_store.py), so the crash took it.
@@ -253,18 +249,8 @@ def fed(mapper: Mapper, item) -> None:
 def test_an_odometry_run_resumed_after_a_clean_end_goes_on_in_its_stream_at_its_scale(make_mapper, tmp_path, stop):
     """With scale_source odometry the stored stream goes on too: its scale estimate's pairs, the
     applied scale and the odometry the re-run frames read are part of the continuation."""
+    want, last = uninterrupted(make_mapper, tmp_path, stop, feed=fed, **ODOMETRY)
     inputs = stream()
-    whole = make_mapper("whole.db", **ODOMETRY)
-    for item in inputs[:stop]:
-        fed(whole, item)
-    whole.new_window()
-    for item in inputs[stop:]:
-        fed(whole, item)
-    whole.finish()
-    estimate = (whole.snapshot.scale, whole.snapshot.scale_spread, whole.snapshot.scale_text)
-    whole.save(tmp_path / "whole")
-    whole.close()
-
     first = make_mapper("parts.db", **ODOMETRY)
     for item in inputs[:stop]:
         fed(first, item)
@@ -276,11 +262,9 @@ def test_an_odometry_run_resumed_after_a_clean_end_goes_on_in_its_stream_at_its_
     for item in inputs[stop:]:
         fed(resumed, item)
     assert resumed.snapshot.restarts == 0
-    resumed.finish()
-    assert (resumed.snapshot.scale, resumed.snapshot.scale_spread, resumed.snapshot.scale_text) == estimate
-    resumed.save(tmp_path / "resumed")
-    resumed.close()
-    assert files(tmp_path / "resumed") == files(tmp_path / "whole")
+    assert finished(resumed, tmp_path / "resumed") == want
+    assert (resumed.snapshot.scale, resumed.snapshot.scale_spread, resumed.snapshot.scale_text) == \
+        (last.scale, last.scale_spread, last.scale_text)
 
 
 def test_resume_refuses_a_run_made_with_other_settings(make_mapper):
