@@ -278,6 +278,27 @@ def test_resume_refuses_a_run_made_with_other_settings(make_mapper):
     resumed.close()
 
 
+@pytest.mark.parametrize("damage", ["UPDATE continuations SET stream = X'00112233'",
+                                    "UPDATE overlap_frames SET depth = X'0011'",
+                                    "UPDATE frames SET pose = X'0011' WHERE idx = 3"])
+def test_a_damaged_record_starts_a_new_map_and_says_so(make_mapper, tmp_path, damage):
+    first = make_mapper("map.db")
+    for item in stream()[:6]:
+        first.process(item)
+    first.close()
+    conn = sqlite3.connect(tmp_path / "map.db")
+    conn.execute(damage)
+    conn.commit()
+    conn.close()
+    resumed = make_mapper("map.db", resume=True)   # never raises: the run is read or refused
+    assert "cannot be read" in resumed.snapshot.state_text and "a new map starts" in resumed.snapshot.state_text
+    assert len(resumed.saved_trajectory()) == 0
+    for item in stream()[:4]:
+        resumed.process(item)
+    assert [p.key for p in resumed.saved_trajectory()] == [0, 1, 2, 3]   # and it maps on
+    resumed.close()
+
+
 def test_new_window_is_refused_when_it_cannot_align_and_changes_nothing(make_mapper):
     mapper = make_mapper("map.db")
     with pytest.raises(ValueError, match="has not placed its last 2 frames"):

@@ -48,6 +48,7 @@ import io
 import json
 import os
 import sqlite3
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -113,8 +114,15 @@ def array_blob(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+# What numpy raises on bytes that are not the .npy / .npz it wrote (a damaged record).
+_UNREADABLE = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile)
+
+
 def blob_array(blob: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(blob), allow_pickle=False)
+    try:
+        return np.load(io.BytesIO(blob), allow_pickle=False)
+    except _UNREADABLE as error:
+        raise MapDatabaseError(f"a stored record cannot be read ({type(error).__name__}: {error})") from None
 
 
 def arrays_blob(arrays: dict) -> bytes:
@@ -124,8 +132,11 @@ def arrays_blob(arrays: dict) -> bytes:
 
 
 def blob_arrays(blob: bytes) -> dict:
-    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except _UNREADABLE as error:
+        raise MapDatabaseError(f"a stored record cannot be read ({type(error).__name__}: {error})") from None
 
 
 def describe_error(error: BaseException, path: Path) -> str:

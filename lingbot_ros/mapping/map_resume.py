@@ -19,6 +19,7 @@ with its stored conversion, and the new one has a scale of its own).
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 
 import numpy as np
 import torch
@@ -126,6 +127,8 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
         finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses)
         return Resumed(info.id, ending, trajectory, voxel_map, finished, conversion(info), records, info.mount,
                        next_index, window, placement, overlap, provisional, carried, stale), ""
+    except (MapDatabaseError, sqlite3.Error, KeyError, ValueError) as error:   # a damaged record: never raise
+        return None, f"resume: the last run in {path} cannot be read ({error}); a new map starts"
     finally:
         conn.close()
 
