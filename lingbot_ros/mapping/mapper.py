@@ -403,12 +403,12 @@ class Mapper:
         """While mapping, at most every map_database_continuation_s: the continuation a resume
         after a crash aligns to (its bytes: README, The map database)."""
         period, windows = self.settings.map_database_continuation_s, self._stream.windows
-        if not period or windows is None or not self.recorder.active or windows.switch_refusal():
-            return
         now = time.monotonic()
-        if now >= self._continuation_due:
-            self._continuation_due = now + period
-            self.recorder.continuation(self._continuation(with_points=False))
+        if (not period or now < self._continuation_due or windows is None or not self.recorder.active
+                or windows.switch_refusal()):
+            return
+        self._continuation_due = now + period
+        self.recorder.continuation(self._continuation(with_points=False))
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""

@@ -59,8 +59,7 @@ class RobotFrames:
             -> tuple[Placement, "StreamFrames"]:
         """A constant scale: the new stream continues in the ended one's I, from its last camera
         (T_I_camera), with the same conversion into map."""
-        return Placement.continuing_from(camera_pose_internal), StreamFrames(
-            self._source(), conversion, self.odometry, self.mount, self.settings.scale_update_step)
+        return Placement.continuing_from(camera_pose_internal), self._frames(conversion)
 
     def continuing_stream(self, camera_pose_map: np.ndarray) -> tuple[Placement, "StreamFrames"]:
         """A scale of its own (odometry): the new stream continues the map from
@@ -70,7 +69,7 @@ class RobotFrames:
 
     def resumed_stream(self, conversion: MapConversion, stored: dict) -> "StreamFrames":
         """A stored stream continued (map_resume.py): its conversion into map, its scale state."""
-        frames = StreamFrames(self._source(), conversion, self.odometry, self.mount, self.settings.scale_update_step)
+        frames = self._frames(conversion)
         frames.restore(stored)
         return frames
 
@@ -81,9 +80,12 @@ class RobotFrames:
                                  max_spread=s.scale_max_spread)
 
     def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
-        source = self._source()
-        conversion = MapConversion(source.state(), rigid_inverse(self.mount), origin_internal, origin_map)
-        return StreamFrames(source, conversion, self.odometry, self.mount, self.settings.scale_update_step)
+        conversion = MapConversion(self._source().state(), rigid_inverse(self.mount), origin_internal, origin_map)
+        return self._frames(conversion)
+
+    def _frames(self, conversion: MapConversion) -> "StreamFrames":
+        """A new stream's scale source and frames, converting into map with ``conversion``."""
+        return StreamFrames(self._source(), conversion, self.odometry, self.mount, self.settings.scale_update_step)
 
 
 class StreamFrames:
