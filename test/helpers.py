@@ -184,15 +184,25 @@ class Ros(ProbeNode):
         logs = "\n".join(self.output(p)[-2000:] for p in self.procs)
         return f"last status: {self.statuses[-1] if self.statuses else None}\n{logs}"
 
-    def call(self, srv_type, name: str, request):
-        """One service call from the test thread; the background executor delivers the reply."""
+    def call(self, srv_type, name: str, request, attempts: int = 1):
+        """One service call from the test thread; the background executor delivers the reply.
+        ``attempts`` > 1 (read-only requests only): sent again when no response comes within its
+        share of TIMEOUT. Fast DDS drops a response whose reader it has not matched yet ("failed
+        to send response (timeout)" in the node's log) on a loaded machine right after start."""
         client = self.clients.get(name)
         if client is None:
             client = self.clients[name] = self.node.create_client(srv_type, name)
         assert client.wait_for_service(timeout_sec=TIMEOUT), f"service {name} did not appear"
-        future = client.call_async(request)
-        self.wait(future.done, f"the response of {name}")
-        return future.result()
+        for attempt in range(attempts):
+            future = client.call_async(request)
+            try:
+                wait_until(future.done, f"the response of {name}", TIMEOUT / attempts)
+                return future.result()
+            except AssertionError:
+                client.remove_pending_request(future)
+                if attempt == attempts - 1:
+                    raise AssertionError(f"timed out waiting for the response of {name} ({attempts} requests); "
+                                         f"{self._last_status_and_logs()}") from None
 
     def transition(self, transition: int, expected: str, succeeds: bool = True) -> None:
         response = self.call(ChangeState, "/map_node/change_state",
@@ -205,7 +215,7 @@ class Ros(ProbeNode):
         assert result.results[0].successful, result.results[0].reason
 
     def state(self) -> str:
-        return self.call(GetState, "/map_node/get_state", GetState.Request()).current_state.label
+        return self.call(GetState, "/map_node/get_state", GetState.Request(), attempts=3).current_state.label
 
     def settled(self):
         """Last status once every received frame is accounted for and nothing is in flight."""
