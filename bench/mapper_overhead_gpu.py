@@ -8,10 +8,14 @@ overhead (preprocessing, window warp, pose to the host, keyframe point selection
 snapshot). Frames that start a window are left out. Variants switch one part off, to see what
 it costs:
 
-    deployed        as the node runs
+    deployed        as the node runs, each part's host time timed (the wrappers cost a little)
+    bare            as the node runs, nothing timed but the frame
     no_map_insert   keyframe points selected and copied to the host, not inserted (no builder work)
     no_points       no keyframe point selection at all
     switch_0.2ms    deployed, with Python's thread switch interval at 0.2 ms instead of 5 ms
+    map_database    bare, writing the map database (issue 19) into ``--out``, a continuation
+                    every ``--continuation-s`` (its frames are in the max); the file's bytes per
+                    second of stream are reported
     previous        the code before issue 20's changes, for a side-by-side: poses warped on the
                     device, points selected on the device, map inserts handed over at once
                     (reproduced here, ``previous_*`` below)
@@ -51,7 +55,7 @@ from lingbot_ros.mapping.mapper import Mapper  # noqa: E402
 from lingbot_ros.mapping.records import InputFrame  # noqa: E402
 from lingbot_ros.mapping.settings import MapperSettings, parse_image_size  # noqa: E402
 
-VARIANTS = ("deployed", "previous", "no_map_insert", "no_points", "switch_0.2ms")
+VARIANTS = ("deployed", "bare", "previous", "no_map_insert", "no_points", "switch_0.2ms", "map_database")
 
 
 def previous_warp_frame(result, sim):
@@ -152,6 +156,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile-frames", type=int, default=20, help="torch profiler frames (0: none)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--out", type=Path, default=Path("out/mapper_overhead"))
+    parser.add_argument("--continuation-s", type=float, default=5.0,
+                        help="map_database_continuation_s of the map_database variant")
     defaults = MapperSettings()
     for name in ("num_scale_frames", "scale_frames", "sliding_window", "image_width"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
@@ -175,7 +181,13 @@ def main(argv=None) -> int:
     for name in args.variants:
         bundle.session.reset()
         bundle.session.step = step
-        mapper = Mapper(settings, bundle)
+        database = args.out / "map.db"
+        if name == "map_database":
+            for stale in args.out.glob("map.db*"):
+                stale.unlink()
+        mapper = Mapper(dataclasses.replace(settings, map_database=str(database),
+                                            map_database_continuation_s=args.continuation_s)
+                        if name == "map_database" else settings, bundle)
         sections = profiler = None
         if name == "no_map_insert":
             mapper._store._live.insert = lambda xyz, rgb: None
@@ -196,7 +208,14 @@ def main(argv=None) -> int:
                                                                  internal_points)
             profiler = cProfile.Profile()
         try:
+            started = time.perf_counter()
             results[name] = stream(mapper, images, args.frames, args.skip, sections)
+            if name == "map_database":
+                mapper.close()   # the clean end's events written, the file complete
+                seconds = time.perf_counter() - started
+                size = sum(f.stat().st_size for f in args.out.glob("map.db*"))
+                results[name].update(database_bytes=size, database_mb_per_s=size / seconds / 1e6,
+                                     database_mb_per_1000_frames=size / (args.frames + args.skip) * 1e3 / 1e6)
             if profiler is not None:     # a second pass under cProfile (it slows the frames)
                 stream(mapper, images, min(args.frames, 200), 0, None, profiler)
         finally:

@@ -2,7 +2,9 @@
 
 A window switch resets the session, which keeps every buffer the graphs read: after the first
 window (captures, special-stream growth) no window captures again, and the live results equal
-the offline run's (same session kind: graphs, fused blocks, bf16).
+the offline run's (same session kind: graphs, fused blocks, bf16). A run resumed from its map
+database on the GPU (the continuation's images and results copied off the device, re-run in a
+fresh session's graphs) goes on as one run with a new window at that frame.
 """
 import dataclasses
 import importlib.util
@@ -24,10 +26,15 @@ pytestmark = [
 ]
 
 
+def gpu_settings(**overrides) -> MapperSettings:
+    return MapperSettings(**{"model_config": "tiny", "device": "cuda", "image_width": 70, "num_scale_frames": 2,
+                             "scale_frames": 2, "sliding_window": 3, "long_run_policy": "windowed",
+                             "window_size": 30, "overlap_size": 4, "min_confidence": 0.0,
+                             "warmup_image_size": "140x112", **overrides})
+
+
 def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
-    settings = MapperSettings(model_config="tiny", device="cuda", image_width=70, num_scale_frames=2,
-                              scale_frames=2, sliding_window=3, long_run_policy="windowed", window_size=30,
-                              overlap_size=4, min_confidence=0.0, warmup_image_size="140x112")
+    settings = gpu_settings()
     rng = np.random.default_rng(3)
     images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(100)]
     mapper = Mapper(settings, factory.build(settings))
@@ -48,3 +55,40 @@ def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
     for live, ref in zip(final, reference):
         torch.testing.assert_close(live.result.pose_enc, ref.result.pose_enc, atol=1e-3, rtol=1e-3)
         torch.testing.assert_close(live.result.depth, ref.result.depth, atol=1e-3, rtol=1e-3)
+
+
+def test_a_run_resumed_on_the_gpu_goes_on_as_a_new_window_would(tmp_path):
+    rng = np.random.default_rng(5)
+    images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(60)]
+    frames = [InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8) for i, rgb in enumerate(images)]
+    stop = 37   # inside window 1 (26-55), past its phase 1
+
+    def run(database: str, **overrides) -> Mapper:
+        settings = gpu_settings(map_database=str(tmp_path / database), **overrides)
+        mapper = Mapper(settings, factory.build(settings))
+        mapper.warm_up()
+        return mapper
+
+    whole = run("whole.db")
+    for item in frames[:stop]:
+        whole.process(item)
+    assert whole.new_window().startswith("window ")
+    for item in frames[stop:]:
+        whole.process(item)
+    whole.finish()
+    want = whole.saved_trajectory()
+    whole.close()
+
+    first = run("parts.db")
+    for item in frames[:stop]:
+        first.process(item)
+    first.close()
+    resumed = run("parts.db", resume=True)
+    assert resumed.snapshot.state_text.startswith(f"resumed run 1 (clean) at frame {stop}: window ")
+    for item in frames[stop:]:
+        resumed.process(item)
+    resumed.finish()
+    got = resumed.saved_trajectory()
+    resumed.close()
+    assert [p.key for p in got] == [p.key for p in want] == list(range(len(frames)))
+    np.testing.assert_allclose(got.poses(), want.poses(), atol=1e-3, rtol=1e-3)
