@@ -92,8 +92,12 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from lingbot_ros.io.sources import SourceError, open_source
 
-    if args.frames < 1:
-        print("lingbot-ros-demo: --frames must be >= 1", file=sys.stderr)
+    from lingbot_ros.mapping.settings import MapperSettings
+
+    phase_1 = MapperSettings().num_scale_frames
+    if args.frames < phase_1:   # fewer would stay buffered, unprocessed, and the save would hold none
+        print(f"lingbot-ros-demo: --frames must be at least {phase_1}: the model places its first {phase_1} "
+              "frames together (num_scale_frames)", file=sys.stderr)
         return 2
     spec, found_by = choose_source(args.source)
     try:
