@@ -9,6 +9,10 @@ images at --rate for --seconds, first alone, then again while a second process (
 
   python bench/side_input_flood.py                     # 10 Hz, 20 s per phase
   python bench/side_input_flood.py --rate 5 --seconds 30
+  python bench/side_input_flood.py --device cuda --model-config lingbot-map --image-width 518 --rate 20   # GPU
+
+With ``--device cuda`` the node runs that model with random weights (no checkpoint) on the GPU,
+where the model step waits on the device instead of holding a core, as on a robot.
 """
 from __future__ import annotations
 
@@ -70,6 +74,9 @@ def main(argv=None) -> int:
                         help="niceness of the flooding process (19: it takes only CPU the node leaves)")
     parser.add_argument("--side", choices=("both", "odometry", "tf"), default="both",
                         help="which side inputs flood (default both)")
+    parser.add_argument("--device", default="cpu", help="the node's device (cuda: random weights of --model-config)")
+    parser.add_argument("--model-config", default=None, help="with --device cuda: a preset (default tiny)")
+    parser.add_argument("--image-width", type=int, default=112)
     parser.add_argument("--flood", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.flood is not None:
@@ -83,9 +90,11 @@ def main(argv=None) -> int:
     from lingbot_ros.io.image_codec import fill_image
     from lingbot_ros.msg import MapStatus
 
-    params = [f"checkpoint:={FIXTURE / 'ckpt.pt'}", f"model_config:={FIXTURE / 'config.json'}", "device:=cpu",
-              "image_width:=112", "num_scale_frames:=3", "sliding_window:=4", "warmup:=false",
-              "tf_mode:=map_to_odom", "max_stamp_gap_s:=0.0"]
+    model = ([f"checkpoint:={FIXTURE / 'ckpt.pt'}", f"model_config:={FIXTURE / 'config.json'}",
+              "num_scale_frames:=3", "sliding_window:=4", "warmup:=false"] if args.device == "cpu" else
+             [f"model_config:={args.model_config or 'tiny'}", "warmup_image_size:=128x96"])
+    params = model + [f"device:={args.device}", f"image_width:={args.image_width}", "tf_mode:=map_to_odom",
+                      "max_stamp_gap_s:=0.0"]
     command = [sys.executable, "-m", "lingbot_ros.ros.main", "--ros-args"] + [a for p in params for a in ("-p", p)]
     # An isolated domain (as the tests' harness), one torch thread in the node (as node_latency.py).
     os.environ["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + time.time_ns() // 10**6) % 100)
@@ -109,7 +118,7 @@ def main(argv=None) -> int:
         return condition()
 
     try:
-        if not spin_until(lambda: images.get_subscription_count() and statuses, 120):
+        if not spin_until(lambda: images.get_subscription_count() and statuses, 120 if args.device == "cpu" else 400):
             print("the node did not come up", file=sys.stderr)
             return 1
 
