@@ -3,13 +3,17 @@ says what the Mapper holds (trajectory, map, windows, conversion), a cleanly end
 byte for byte what save() wrote, and a database that cannot be written changes nothing else."""
 import filecmp
 import random
+import threading
 
+import numpy as np
 import pytest
 
 from lingbot_ros.cache import NothingToRollback
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.export import write_map_files
+from lingbot_ros.mapping.map_recorder import NoRecorder
+from lingbot_ros.mapping.map_store import MapStore
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings
 
@@ -100,3 +104,60 @@ def test_a_database_that_cannot_be_written_changes_nothing_else(make_mapper, tmp
     for name in ("map.ply", "trajectory.tum", "windows.csv"):
         assert filecmp.cmp(tmp_path / "save1" / name, tmp_path / "save2" / name, shallow=False), name
     assert corrupt.read_bytes() == b"not a database" * 64
+
+
+class _Conversion:
+    """I is map (what end_stream reads of a conversion)."""
+
+    @staticmethod
+    def points(xyz):
+        return xyz
+
+    @staticmethod
+    def base_pose(pose):
+        return pose
+
+
+class _SlowRecorder(NoRecorder):
+    """A recorder that holds the finished part it was handed until told to read it."""
+
+    def __init__(self):
+        self.handed, self.read = [], []
+
+    def stream_ended(self, finished_map, finished_poses):
+        self.handed.append((finished_map, finished_poses, len(finished_map), len(finished_poses)))
+        self.read.append(threading.Event())
+        return self.read[-1]
+
+
+def _stream(store: MapStore, first: int, count: int, rng) -> None:
+    for index in range(first, first + count):
+        store.add_pose(index, 10**9 + index, np.eye(4))
+        store.hold(index, (rng.normal(size=(50, 3)).astype(np.float32) * 5, np.full((50, 3), 9, np.uint8)))
+
+
+def test_the_finished_part_goes_to_the_recorder_uncopied_and_is_changed_only_once_read():
+    """A restart that keeps the map used to copy the whole finished map on the frame loop (a full
+    one took 263-329 ms) for the map database's writer; now the writer reads the store's own
+    objects and the store copies only if it must change them before the writer got to them."""
+    rng = np.random.default_rng(0)
+    recorder = _SlowRecorder()
+    store = MapStore(0.5, 10_000, 1_000, recorder)
+    _stream(store, 0, 4, rng)
+    store.end_stream(_Conversion())
+    (first_map, first_poses, voxels, poses), = recorder.handed
+    assert store._finished_map is first_map                      # handed over as it is
+    _stream(store, 4, 4, rng)
+    store.end_stream(_Conversion())   # the writer has not read the first one yet: a copy changes
+    assert (len(first_map), len(first_poses)) == (voxels, poses)   # what the writer reads did not move
+    second_map = recorder.handed[1][0]
+    assert second_map is not first_map and len(second_map) > voxels and len(recorder.handed[1][1]) == 8
+    recorder.read[1].set()            # read: the next end changes the store's objects in place
+    _stream(store, 8, 2, rng)
+    store.end_stream(_Conversion())
+    assert recorder.handed[2][0] is second_map
+    unread = recorder.handed[2]
+    store.clear()                     # new objects: the unread ones stay as handed
+    assert (len(unread[0]), len(unread[1])) == unread[2:] and store.num_points() == 0
+    xyz, _ = store.points(_Conversion())
+    assert len(xyz) == 0

@@ -19,6 +19,7 @@ Mapper holds a ``NoRecorder`` whose calls do nothing.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class NoRecorder:
     def cleared(self) -> None: ...
     def points(self, xyz, rgb) -> None: ...
     def pitch(self, voxel_size: float) -> None: ...
-    def stream_ended(self, finished_map, finished_poses) -> None: ...
+    def stream_ended(self, finished_map, finished_poses) -> None: ...   # nothing reads them
     def sync(self, records, conversion, mount) -> None: ...
     def continuation(self, continuation, points=()) -> None: ...
     def commit(self, timeout: float = 60.0) -> bool: return False
@@ -77,15 +78,13 @@ class MapRecorder:
     def pitch(self, voxel_size: float) -> None:
         self.writer.put((PITCH, voxel_size))
 
-    def stream_ended(self, finished_map, finished_poses) -> None:
-        """The finished part as it is now (copied: the map goes on changing it)."""
-        state = {name: value.copy() for name, value in finished_map.state().items()}
-        state["voxel_size_m"] = np.float64(finished_map.voxel_size_m)
-        entries = list(finished_poses)
-        poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
-                 "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
-                 "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)}
-        self.writer.put((FINISHED, state, poses))
+    def stream_ended(self, finished_map, finished_poses) -> threading.Event:
+        """The finished part handed to the writer as it is, not copied (a full map's copy took
+        hundreds of ms on the frame loop): the event is set once the writer has read it; until
+        then MapStore changes only a copy of it."""
+        released = threading.Event()
+        self.writer.put((FINISHED, finished_map, finished_poses, released))
+        return released
 
     def sync(self, records, conversion, mount) -> None:
         """Send what changed since the last call (records and conversions are immutable and

@@ -21,7 +21,9 @@ The newest final keyframe's points stay out of the map while that frame can stil
 (``hold``); they go in when the next keyframe comes, or when the map is read.
 
 Every change of the map itself (an insert, a new pitch, a clear) is told to the map database's
-recorder (map_recorder.py) here, the one place it happens.
+recorder (map_recorder.py) here, the one place it happens. The finished part goes to the recorder
+without a copy; it is changed again only after the recorder has read it, or as a copy
+(``_own_finished``).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class MapStore:
         self._poses = Trajectory(max_poses)                 # live stream, T_I_camera
         self._finished_map = VoxelMap(voxel_size_m, max_points)   # earlier streams, in map
         self._finished_poses = Trajectory(max_poses)        # earlier streams, T_M_base
+        self._finished_read = None   # set once the recorder has read the finished part it was handed
         self._held: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
         self._pitch_known = False
 
@@ -145,21 +148,34 @@ class MapStore:
     def end_stream(self, conversion: MapConversion) -> None:
         """The stream ends and the map goes on: convert it into the finished part, once."""
         self.merge()
+        self._own_finished()
         live = self._live.map
         if len(live):
             xyz, rgb = live.points()
             self._finished_map.insert(conversion.points(xyz), rgb)
         for entry in self._poses:
             self._finished_poses.append(entry.stamp_ns, conversion.base_pose(entry.pose), key=entry.key)
-        self._recorder.stream_ended(self._finished_map, self._finished_poses)
+        self._finished_read = self._recorder.stream_ended(self._finished_map, self._finished_poses)
         self._new_live()
+
+    def _own_finished(self) -> None:
+        """Before the finished part changes: while the recorder may still be reading it, the store
+        goes on with a copy (at most one stream end in a row pays it)."""
+        read, self._finished_read = self._finished_read, None
+        if read is not None and not read.is_set():
+            poses = Trajectory(self.max_poses)
+            for entry in self._finished_poses:
+                poses.append(entry.stamp_ns, entry.pose, key=entry.key)
+            self._finished_map, self._finished_poses = self._finished_map.copy(), poses
 
     def clear(self) -> int:
         """Forget everything; returns how many poses went."""
         count = self.num_poses()
         self._held = None
-        self._finished_map.clear()
-        self._finished_poses.clear()
+        # New objects, not cleared ones: the recorder may still be reading the old ones.
+        self._finished_map = VoxelMap(self.voxel_size_m, self.max_points)
+        self._finished_poses = Trajectory(self.max_poses)
+        self._finished_read = None
         self._new_live()
         self._recorder.cleared()
         return count
@@ -169,6 +185,7 @@ class MapStore:
         its finished part in map (earlier streams at their own scales), if any."""
         if finished is not None:
             self._finished_map, self._finished_poses = finished
+            self._finished_read = None
         self._poses = poses
         self._live.swap(voxel_map)
         self._pitch_known = voxel_map.voxel_size_m != self.voxel_size_m

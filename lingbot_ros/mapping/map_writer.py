@@ -250,9 +250,17 @@ class MapWriter:
             for table in ("frames", "map_inserts", "map_checkpoints", "finished_streams"):
                 conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
         elif kind == FINISHED:   # the live stream went into the finished part: a new live one starts
-            _, state, poses = event
-            conn.execute("INSERT OR REPLACE INTO finished_streams VALUES (?, ?, ?)",
-                         (run, arrays_blob(state), arrays_blob(poses)))
+            _, finished_map, finished_poses, released = event
+            try:   # the Mapper's own objects: read here, and released before anything else
+                state = dict(finished_map.state(), voxel_size_m=np.float64(finished_map.voxel_size_m))
+                entries = list(finished_poses)
+                poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
+                         "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
+                         "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)}
+                blobs = (arrays_blob(state), arrays_blob(poses))
+            finally:
+                released.set()
+            conn.execute("INSERT OR REPLACE INTO finished_streams VALUES (?, ?, ?)", (run, *blobs))
             for table in ("frames", "map_inserts", "map_checkpoints"):
                 conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
             self._indices.clear()
