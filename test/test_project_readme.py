@@ -1,7 +1,8 @@
 """The README run as a user runs it, in the venv over real DDS: its quick-start demo, its `ros2`
-commands (the launch line included) against the node that launch line starts, and its generated
-table of topics, services and parameters against the code. The commands are read from the README
-itself, so it cannot drift from what works. They run the installed copy (scripts/setup.sh).
+commands (the launch line included) against the node that launch line starts, fed by the README's
+bag replay, and its generated table of topics, services and parameters against the code. The
+commands are read from the README itself, so it cannot drift from what works. They run the
+installed copy (scripts/setup.sh).
 """
 import importlib.util
 import os
@@ -19,6 +20,7 @@ from helpers import wait_until
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+LAYOUT = REPO / "docs" / "layout.md"
 BIN = Path(sys.executable).parent
 # A command holding one of these is an example to adapt, not one to run as written.
 PLACEHOLDERS = ("/path/", "...", "<", "$")
@@ -42,13 +44,14 @@ def shell_lines(text: str) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def commands(program: str) -> list[list[str]]:
-    """Every README command (as argv, comments removed) that starts with ``program``."""
+def commands(*programs: str) -> list[list[str]]:
+    """Every README command (as argv, comments removed) that starts with one of ``programs``, in
+    README order."""
     found = []
     for line in shell_lines(README.read_text()):
         for part in re.split(r"\s*&&\s*", line):
             argv = shlex.split(part, comments=True)
-            if argv and argv[0] == program:
+            if argv and argv[0] in programs:
                 found.append(argv)
     return found
 
@@ -105,10 +108,15 @@ def installed():
         pytest.skip(f"no ros2 / lingbot-ros-demo in {BIN}: run scripts/setup.sh")
 
 
-def test_the_readme_ros2_commands_work_against_the_launched_node(installed, tmp_path):
+def test_the_readme_ros2_commands_work_against_the_launched_node(installed, shared_data, tmp_path):
+    """The launch line, then the other ros2 commands and the bag replay in README order: the replay
+    feeds the node, so the commands after it see a map (poses, processed frames, a saved trajectory)."""
+    shared_data("courthouse_bag")
     env = _env(tmp_path)
     (launch,) = [argv for argv in commands("ros2") if argv[1] == "launch" and runnable(argv)]
-    others = [argv for argv in commands("ros2") if argv[1] != "launch" and runnable(argv)]
+    others = [argv for argv in commands("ros2", "lingbot-ros-replay") if argv[1] != "launch" and runnable(argv)]
+    replays = [argv for argv in others if argv[0] == "lingbot-ros-replay"]
+    assert replays, others
     log = open(tmp_path / "launch.log", "w+")
     proc = subprocess.Popen([str(BIN / "ros2"), *launch[1:]], env=env, cwd=tmp_path, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -129,22 +137,37 @@ def test_the_readme_ros2_commands_work_against_the_launched_node(installed, tmp_
                    "/map_node", TIMEOUT, details=launch_output)
         outputs = {}
         for argv in others:
-            output = _run([ros2, *argv[1:]], env, tmp_path, timeout=TIMEOUT)
+            if argv[0] == "lingbot-ros-replay":   # its bag path is relative to the checkout
+                output = _run([str(BIN / argv[0]), *argv[1:]], env, REPO, timeout=TIMEOUT)
+                assert "warning" not in output.lower(), output[-3000:]   # it waited for the node and played
+            else:
+                output = _run([ros2, *argv[1:]], env, tmp_path, timeout=TIMEOUT)
             lowered = output.lower()
             assert not any(word in lowered for word in FAILURE_WORDS), f"{shlex.join(argv)}:\n{output[-3000:]}"
             outputs[shlex.join(argv[1:3])] = outputs[shlex.join(argv)] = output
         assert "active" in outputs.get("lifecycle get", "active")
-        # What the commands did, seen from outside: the parameter they set, the files they saved.
+        # What the commands did, seen from outside: the frames the replay fed, the parameter they
+        # set, the poses they asked for, the files they saved.
+        processed = re.search(r"^frames_processed: (\d+)$", outputs["topic echo"], re.M)
+        assert processed and int(processed.group(1)) > 0, outputs["topic echo"]
         for argv in others:
             if argv[1:3] == ["param", "set"]:
                 shown = _run([ros2, "param", "get", *argv[3:5]], env, tmp_path)
                 assert argv[5] in shown, shown
+            if argv[1:3] == ["service", "call"] and argv[4] == "lingbot_ros/srv/GetTrajectory":
+                answer = outputs[shlex.join(argv)]
+                asked = int(re.search(r"max_poses:\s*(\d+)", argv[5]).group(1))
+                assert "success=True" in answer, answer[-3000:]
+                assert answer.count("geometry_msgs.msg.PoseStamped(") == asked, answer[-3000:]
+                assert int(re.search(r"total_poses=(\d+)", answer).group(1)) >= asked, answer[-3000:]
             if argv[1:3] == ["service", "call"] and argv[4] == "lingbot_ros/srv/SaveMap":
                 # A relative directory is under save_directory, under $ROS_HOME; the answer says where.
                 directory = re.search(r"directory:\s*([^,}\s]+)", argv[5]).group(1)
                 ply = Path(re.search(r"ply_path='([^']+)'", outputs[shlex.join(argv)]).group(1))
                 assert ply.parent == tmp_path / "ros_home" / "lingbot_maps" / directory
                 assert {"map.ply", "trajectory.tum", "preview.png"} <= {p.name for p in ply.parent.iterdir()}
+                poses = (ply.parent / "trajectory.tum").read_text().splitlines()
+                assert len(poses) >= 5 and all(len(line.split()) == 8 for line in poses), poses[:3]
     finally:
         subprocess.run([ros2, "daemon", "stop"], env=env, cwd=tmp_path, capture_output=True, timeout=60)
         if proc.poll() is None:
@@ -192,12 +215,13 @@ def test_the_readme_reference_table_is_the_generated_one(tmp_path):
 
 
 @pytest.mark.parametrize("package", ["mapping", "ros"])
-def test_the_readme_layout_has_one_line_per_module(package):
-    """The README's table of lingbot_ros/<package> names every module file once, each saying what
-    it owns, and no module that is gone."""
-    text = README.read_text()
+def test_the_layout_has_one_line_per_module(package):
+    """docs/layout.md's table of lingbot_ros/<package> names every module file once, each saying
+    what it owns, and no module that is gone; the README links it."""
+    assert "(docs/layout.md)" in README.read_text()
+    text = LAYOUT.read_text()
     heading = f"`lingbot_ros/{package}`, one job per module:"
-    assert heading in text, f"README has no '{heading}' table"
+    assert heading in text, f"docs/layout.md has no '{heading}' table"
     rows = []
     for line in text[text.index(heading) + len(heading):].lstrip("\n").splitlines():
         if not line.startswith("|"):
@@ -207,5 +231,5 @@ def test_the_readme_layout_has_one_line_per_module(package):
     assert all(len(row) == 2 and row[1] for row in rows[2:]), rows
     modules = sorted(p.name for p in (REPO / "lingbot_ros" / package).glob("*.py") if p.name != "__init__.py")
     missing, stale = sorted(set(modules) - set(listed)), sorted(set(listed) - set(modules))
-    assert sorted(listed) == modules, f"README's lingbot_ros/{package} table: missing {missing}, stale {stale} " \
-                                      "(or a module listed twice)"
+    assert sorted(listed) == modules, f"docs/layout.md's lingbot_ros/{package} table: missing {missing}, stale " \
+                                      f"{stale} (or a module listed twice)"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rclpy")
+pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 
 # RIHS01 of tf2_msgs/msg/TFMessage: the TFMessage-only build's, Jazzy's and Kilted's.
 TFMESSAGE_HASH = "RIHS01_e369d0f05a23ae52508854b66f6aa0437f3449d652e8cbf22d5abe85d020f087"

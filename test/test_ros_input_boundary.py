@@ -9,6 +9,7 @@ import pytest
 from helpers import wait_until
 
 pytest.importorskip("rclpy")
+pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 from geometry_msgs.msg import Quaternion, Vector3  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("rclpy")
+pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.tf_lookup import StaticTree  # noqa: E402

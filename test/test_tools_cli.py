@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF")
 
 
+@pytest.mark.ros
 def test_node_help_prints_usage_and_every_parameter_without_starting(tmp_path):
     pytest.importorskip("rclpy")
     from lingbot_ros.ros import params
@@ -71,6 +72,7 @@ def _replay(bag: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.ros
 def test_replay_subscriber_options_are_checked(shared_data):
     pytest.importorskip("rclpy")
     bag = shared_data("courthouse_bag")
@@ -83,43 +85,85 @@ def test_replay_subscriber_options_are_checked(shared_data):
             in done.stderr), done.stderr
 
 
-@pytest.mark.ros
-def test_replay_waits_for_the_named_node_not_for_the_first_subscriber(shared_data, tmp_path):
+@pytest.fixture
+def graph(tmp_path):
+    """A context with a spun executor in a domain of its own, and the player's environment in it."""
     rclpy = pytest.importorskip("rclpy")
     from rclpy.context import Context
     from rclpy.executors import SingleThreadedExecutor
-    from sensor_msgs.msg import CompressedImage
 
-    bag = shared_data("courthouse_bag")
-    topic = "/camera/image_raw/compressed"
     domain = 1 + (os.getpid() + 7) % 100
     env = dict(ENV, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_LOG_DIR=str(tmp_path))
     context = Context()
     rclpy.init(context=context, domain_id=domain)
     executor = SingleThreadedExecutor(context=context)
-    monitor = rclpy.create_node("monitor", context=context)
-    late = rclpy.create_node("late_node", context=context)
-    seen = {"monitor": [], "late": []}
-    monitor.create_subscription(CompressedImage, topic, seen["monitor"].append, 100)
-    executor.add_node(monitor)
-    executor.add_node(late)
+    nodes = {name: rclpy.create_node(name, context=context) for name in ("monitor", "late_node")}
+    for node in nodes.values():
+        executor.add_node(node)
     spin = threading.Thread(target=executor.spin, daemon=True)
     spin.start()
+    processes = []
+    yield env, nodes, processes
+    nodes["late_node"].destroy_node()
+    shut_down(processes, executor, spin, nodes["monitor"], context)
+
+
+def _player_matched(monitor, topic: str) -> bool:
+    return any(i.node_name == "lingbot_replay" for i in monitor.get_publishers_info_by_topic(topic))
+
+
+@pytest.mark.ros
+def test_replay_waits_for_the_named_node_not_for_the_first_subscriber(shared_data, graph):
+    from sensor_msgs.msg import CompressedImage
+
+    bag = shared_data("courthouse_bag")
+    env, nodes, processes = graph
+    monitor, late = nodes["monitor"], nodes["late_node"]
+    topic = "/camera/image_raw/compressed"
+    seen = {"monitor": [], "late": []}
+    monitor.create_subscription(CompressedImage, topic, seen["monitor"].append, 100)
     proc = subprocess.Popen([sys.executable, "-m", "lingbot_ros.tools.replay", str(bag), "--quiet", "--duration",
                              "1", "--rate", "10", "--wait-for-subscribers", "60", "--subscriber", "/late_node"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        # The monitor has matched the player; only then does the node it waits for subscribe.
-        wait_until(lambda: monitor.count_publishers(topic) > 0 and
-                   any(i.node_name == "lingbot_replay" for i in monitor.get_publishers_info_by_topic(topic)),
-                   "the player's publisher", 60)
-        assert not seen["monitor"]   # nothing played while /late_node is not there
-        late.create_subscription(CompressedImage, topic, seen["late"].append, 100)
-        assert proc.wait(120) == 0, proc.stdout.read()
-        wait_until(lambda: len(seen["late"]) == 10, "every message of the second at /late_node", 30)
-        assert len(seen["monitor"]) == 10
-        first = seen["late"][0].header.stamp
-        assert (first.sec, first.nanosec) == (1_700_000_000, 0)   # the bag's first frame
-    finally:
-        late.destroy_node()
-        shut_down([proc], executor, spin, monitor, context)
+    processes.append(proc)
+    # The monitor has matched the player; only then does the node it waits for subscribe.
+    wait_until(lambda: monitor.count_publishers(topic) > 0 and _player_matched(monitor, topic),
+               "the player's publisher", 60)
+    assert not seen["monitor"]   # nothing played while /late_node is not there
+    late.create_subscription(CompressedImage, topic, seen["late"].append, 100)
+    assert proc.wait(120) == 0, proc.stdout.read()
+    wait_until(lambda: len(seen["late"]) == 10, "every message of the second at /late_node", 30)
+    assert len(seen["monitor"]) == 10
+    first = seen["late"][0].header.stamp
+    assert (first.sec, first.nanosec) == (1_700_000_000, 0)   # the bag's first frame
+
+
+@pytest.mark.ros
+def test_replay_waits_for_the_named_topic_only(shared_data, graph):
+    """--subscriber TOPIC: playback waits for a subscriber of that topic, and starts with it although
+    /clock (played too, with --clock) has none, from the bag's first frame."""
+    import time
+
+    from sensor_msgs.msg import CompressedImage
+
+    bag = shared_data("courthouse_bag")
+    env, nodes, processes = graph
+    monitor, late = nodes["monitor"], nodes["late_node"]
+    topic = "/camera/image_raw/compressed"
+    images = []
+    proc = subprocess.Popen([sys.executable, "-m", "lingbot_ros.tools.replay", str(bag), "--quiet", "--duration",
+                             "1", "--rate", "10", "--clock", "--wait-for-subscribers", "60", "--subscriber", topic],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    processes.append(proc)
+    wait_until(lambda: _player_matched(monitor, topic) and _player_matched(monitor, "/clock"),
+               "the player's publishers", 60)
+    time.sleep(1.0)
+    assert proc.poll() is None   # no subscriber of the named topic yet: still waiting
+    late.create_subscription(CompressedImage, topic, images.append, 100)
+    # Well inside the 60 s wait: a wait for every played topic would still be waiting for /clock.
+    assert proc.wait(30) == 0
+    output = proc.stdout.read()
+    assert "not every" not in output, output
+    wait_until(lambda: len(images) == 10, "every message of the second on the named topic", 30)
+    first = images[0].header.stamp
+    assert (first.sec, first.nanosec) == (1_700_000_000, 0)

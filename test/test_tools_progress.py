@@ -67,6 +67,7 @@ def offline_inputs(shared_dir, shared_data):
     return shared_dir
 
 
+@pytest.mark.ros
 def test_replay_draws_a_bar_on_a_terminal(bag, tmp_path):
     code, output = run_in_pty(replay_argv(bag), tmp_path)
     assert code == 0, output
@@ -76,6 +77,7 @@ def test_replay_draws_a_bar_on_a_terminal(bag, tmp_path):
                      output), output[-2000:]
 
 
+@pytest.mark.ros
 def test_replay_writes_plain_lines_into_a_pipe(bag, tmp_path):
     code, output = run_in_pipe(replay_argv(bag), tmp_path)
     assert code == 0, output

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 pytest.importorskip("rclpy")
+pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 
 
 def run_replay(*args: str) -> subprocess.CompletedProcess:

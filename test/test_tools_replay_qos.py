@@ -10,6 +10,7 @@ import signal
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
+pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 from hypothesis import given, settings, strategies as st  # noqa: E402
 from rclpy.duration import Duration  # noqa: E402
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, LivelinessPolicy, QoSCompatibility,  # noqa: E402
@@ -203,7 +204,6 @@ LATE_LATCHED = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
-@pytest.mark.ros
 @pytest.mark.parametrize("tf_type", list(_tf_types()))
 def test_a_latched_topic_reaches_a_subscriber_that_comes_after_it_was_published(probe, tmp_path, tf_type):
     bag = tmp_path / "latched_bag"
@@ -235,7 +235,6 @@ def test_a_latched_topic_reaches_a_subscriber_that_comes_after_it_was_published(
     assert player.wait(TIMEOUT) == 0, probe.output(player)
 
 
-@pytest.mark.ros
 def test_qos_override_replaces_the_recorded_profile(probe, tmp_path):
     bag = tmp_path / "latched_bag"
     write_bag(bag, "std_msgs/msg/String")
