@@ -254,7 +254,7 @@ def test_settings_name_every_bad_value():
         MapperSettings(sliding_window=0, device="gpu", keyframe_policy="often", map_voxel_size_m=0.0)
     text = str(error.value)
     for name in ("'sliding_window' must be >= 1", "'device' must be auto, cpu, cuda or cuda:N",
-                 "'keyframe_policy' must be one of", "'map_voxel_size_m' must be > 0"):
+                 "'keyframe_policy' must be one of", "'map_voxel_size_m' must be >= 0.001"):
         assert name in text
 
 
