@@ -2,6 +2,7 @@
 import dataclasses
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gra
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.ros import messages, params
+from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -304,3 +306,60 @@ def test_the_inbox_merges_the_gaps_of_the_frames_it_drops():
     inbox.put(InputFrame(rgb=rgb, stamp_ns=10**10 + 1, gap_ns=1))
     assert inbox.get(0).gap_ns is None                                # unknown: the stamps decide
 
+
+class _ParameterNode:
+    """What params.on_set reads of the node, with a real Worker and a Mapper stand-in."""
+
+    def __init__(self, apply_live, service_timeout_s=5.0):
+        self._state_machine = SimpleNamespace(current_state=(3, "active"))
+        self.refused_parameters, self.errors, self.logged = {}, [], []
+        self.mapper = SimpleNamespace(apply_live=apply_live)
+        self.worker = Worker(FrameInbox(keep_all=True, capacity=2), lambda frame: None, self.errors.append)
+        self.worker.start()
+        self.cfg = params.NodeSettings(service_timeout_s=service_timeout_s)
+        self.safety = SafetyNet(SimpleNamespace(error=self.logged.append), self.errors.append)
+        self._values = {name: field.default for name, field in params.FIELDS.items()}
+        self._values["service_timeout_s"] = service_timeout_s
+
+    def get_parameter(self, name):
+        return SimpleNamespace(value=self._values[name])
+
+    def get_logger(self):
+        return SimpleNamespace(error=self.logged.append)
+
+
+def _set_live(node, name, value):
+    from rclpy.parameter import Parameter
+    return params.on_set(node, [Parameter(name, value=value)])
+
+
+def test_a_live_mapper_parameter_is_answered_after_the_worker_applied_it():
+    applied = []
+    node = _ParameterNode(lambda settings: applied.append(settings.min_confidence))
+    result = _set_live(node, "min_confidence", 2.5)
+    assert result.successful and applied == [2.5]          # applied before the answer
+    assert node.worker.stop(5)
+
+
+def test_a_worker_side_failure_of_a_live_parameter_is_the_answer_logged_and_counted():
+    def apply_live(settings):
+        raise RuntimeError("the Mapper could not take it (simulated)")
+
+    node = _ParameterNode(apply_live)
+    result = _set_live(node, "min_confidence", 2.5)
+    assert not result.successful and "not applied: RuntimeError: the Mapper could not take it" in result.reason
+    assert len(node.errors) == 1 and "live Mapper parameters" in node.errors[0]
+    assert any("['min_confidence'] not applied" in text for text in node.logged)
+    assert node.worker.stop(5)
+
+
+def test_a_live_parameter_the_worker_does_not_get_to_in_time_is_refused_and_never_applied():
+    applied, release = [], threading.Event()
+    node = _ParameterNode(lambda settings: applied.append(settings.min_confidence), service_timeout_s=0.2)
+    node.worker.submit(release.wait)                       # a long frame step holds the worker
+    result = _set_live(node, "min_confidence", 2.5)
+    assert not result.successful and "cancelled, nothing done" in result.reason
+    release.set()
+    assert node.worker.submit(lambda: "after").result(timeout=5) == "after"
+    assert applied == []
+    assert node.worker.stop(5)

@@ -136,8 +136,9 @@ class NodeSettings:
                                                   "is under it", check=_not_empty, when=LIVE)
     diagnostics_period_s: float = setting(1.0, "period of /diagnostics and of the periodic ~/status",
                                           minimum=MIN_DIAGNOSTICS_PERIOD_S, maximum=3600.0, when=LIVE)
-    service_timeout_s: float = setting(30.0, "how long a service waits for the worker to start its request "
-                                             "(not started by then: cancelled, nothing done)", above=0,
+    service_timeout_s: float = setting(30.0, "how long a service, or a live change of a Mapper parameter, "
+                                             "waits for the worker to start it (not started by then: cancelled, "
+                                             "nothing done)", above=0,
                                        maximum=MAX_PERIOD_S, when=LIVE)
     # -- health (/diagnostics levels) -------------------------------------------------------------
     diagnostics_window_s: float = setting(5.0, "sliding window of /diagnostics' counts and rates: a drop, a "
@@ -294,9 +295,23 @@ def on_set(node, parameters):
     for name in (*mapper_changes, *node_changes):   # a refused start-up value is replaced by a good one
         node.refused_parameters.pop(name, None)
     if node.mapper is not None and mapper_changes:
-        applied = node.worker.submit(node.mapper.apply_live, settings)
-        if applied.done() and applied.exception() is not None:   # refused at once (a full queue)
-            return SetParametersResult(successful=False, reason=f"not applied: {applied.exception()}")
+        # Applied on the worker (between frames) and waited for as a service is: the answer says
+        # what happened there (not started within service_timeout_s: cancelled, nothing changed).
+        from lingbot_ros.ros.services import run_on_worker
+
+        mapper = node.mapper
+
+        def apply():
+            try:
+                mapper.apply_live(settings)
+            except Exception as error:   # validated above, so a bug: counted and logged with its traceback
+                node.safety.caught("live Mapper parameters", error)
+                raise
+
+        applied, why = run_on_worker(node, apply)
+        if not applied:
+            node.get_logger().error(f"parameters {sorted(mapper_changes)} not applied: {why}")
+            return SetParametersResult(successful=False, reason=f"not applied: {why}")
     if node.cfg is not None and node_changes:
         try:
             node.apply_live(node_settings)
