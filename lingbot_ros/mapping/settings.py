@@ -194,8 +194,9 @@ class MapperSettings:
     # -- the robot: camera mount and metric scale ----------------------------------------------
     camera_mount: str = setting("0 0 0 -1.5707963267948966 0 -1.5707963267948966",
                                 "the camera's optical frame in the robot's base frame, 'x y z roll pitch yaw' "
-                                "(metres, radians), used where TF has no base_frame -> image frame transform; "
-                                "the default: at the base, looking along its x axis", check=_mount)
+                                f"(metres, radians; at most {MAX_MOUNT_M:g} m and 2 pi each), used where TF has no "
+                                "base_frame -> image frame transform; the default: at the base, looking along its "
+                                "x axis", check=_mount)
     scale_source: str = setting("none", "none (outputs in model units, up to scale), fixed (the scale "
                                         "setting) or odometry (estimated against the robot's odometry)",
                                 choices=SCALE_SOURCES)
