@@ -80,14 +80,14 @@ def _device(value) -> str | None:
 
 
 # The largest camera mount translation (metres): a camera on the robot, or on a very large one.
-# One bound for the camera_mount setting and a mount from TF (ros/input_checks.py).
+# One bound for the camera_mount setting and a mount from TF (ros/robot_link.py).
 MAX_MOUNT_M = 100.0
 # Voxel indices fit +-2^20 per axis (voxel_map.py): 1 mm voxels span +-1 km around the map's
 # origin, the default 5 cm +-52 km. A smaller voxel cannot hold a robot's map (every keyframe's
 # points would leave the key range: a model failure each).
 MIN_VOXEL_SIZE_M = 1e-3
 # Frames an attention cache may hold (anchors, window): the model's trained 3D-RoPE range
-# (max_frame_num), and the cache's pages are allocated for all of them at configure.
+# (max_frame_num); the cache allocates a page per frame up front, on every layer.
 MAX_CACHE_FRAMES = 1024
 
 
@@ -108,6 +108,9 @@ def _mount(value) -> str | None:
 # Widest model input: 150 patches, 16 times the default's tokens per frame (and per cache page).
 MAX_IMAGE_WIDTH = 2100
 MAX_CAMERA_ITERATIONS = 64      # the camera head runs once per iteration in every frame step
+# Frames between keyframes: the rollback keeps this many frames' bookkeeping, a window's length
+# and overlap are counted in them.
+MAX_KEYFRAME_INTERVAL = 1000
 
 
 def _patch_multiple(value) -> str | None:
@@ -146,7 +149,7 @@ class MapperSettings:
                                 maximum=MAX_CACHE_FRAMES)
     sliding_window: int = setting(64, "keyframes kept in the attention cache's sliding window (scale_frames + "
                                       f"sliding_window at most {MAX_CACHE_FRAMES}, the model's max_frame_num: "
-                                      "the cache is allocated for them at configure)", minimum=1,
+                                      "the cache allocates a page for each up front)", minimum=1,
                                   maximum=MAX_CACHE_FRAMES)
     camera_num_iterations: int = setting(4, "camera head refinement iterations", minimum=1,
                                          maximum=MAX_CAMERA_ITERATIONS)
@@ -158,7 +161,8 @@ class MapperSettings:
     keyframe_policy: str = setting("interval", "interval (every keyframe_interval-th frame) or motion "
                                                "(optical-flow parallax against the last keyframe)",
                                    choices=KEYFRAME_POLICIES)
-    keyframe_interval: int = setting(1, "keyframe every N frames (interval policy)", minimum=1)
+    keyframe_interval: int = setting(1, f"keyframe every N frames (interval policy; at most "
+                                        f"{MAX_KEYFRAME_INTERVAL})", minimum=1, maximum=MAX_KEYFRAME_INTERVAL)
     keyframe_min_parallax_px: float = setting(8.0, "median optical-flow parallax (pixels at 320 px image "
                                                    "width) that makes a keyframe (motion policy)", minimum=0, when=LIVE)
     # -- long runs -------------------------------------------------------------------------------
@@ -220,7 +224,7 @@ class MapperSettings:
                                         "map", minimum=1, when=LIVE)
     map_voxel_size_m: float = setting(0.05, "voxel size of the map, metres (model units until the scale is "
                                             "known); the map spans 2^20 voxels each way from its origin (52 km "
-                                            f"at 5 cm, 1 km at the smallest, {MIN_VOXEL_SIZE_M:g})",
+                                            f"at 5 cm, 1 km at the smallest, {MIN_VOXEL_SIZE_M * 1000:g} mm)",
                                       minimum=MIN_VOXEL_SIZE_M)
     max_map_points: int = setting(2_000_000, "map size bound; the least recently updated voxels go first",
                                   minimum=1)
@@ -278,6 +282,10 @@ def cross_field_errors(settings: "MapperSettings") -> list[str]:
                       "lower one of them")
     if s.long_run_policy == "windowed":
         layout = s.window_rule().layout()
+        if layout.overlap > MAX_CACHE_FRAMES:
+            errors.append(f"'overlap_size' / 'overlap_keyframes': the windowed policy's overlap ({layout.overlap} "
+                          f"frames) must be at most {MAX_CACHE_FRAMES} (its frames' images stay on the model's "
+                          "device to be run again): lower them")
         if layout.overlap >= layout.window_frames:
             errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
                           f"a window ({layout.window_frames} frames): lower overlap_size / "
