@@ -210,6 +210,53 @@ def test_model_failure_is_counted_and_the_stream_restarts(make_mapper, monkeypat
     assert mapper.process(frame(48)).new == [] and mapper.snapshot.state == INITIALISING
 
 
+@pytest.mark.parametrize("name", ["depth", "intrinsic", "world_points"])
+def test_a_frame_with_non_finite_depth_intrinsics_or_points_is_a_counted_failure(make_mapper, monkeypatch,
+                                                                                tmp_path, name):
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i, stamp_s=1.0 + i))
+    points_before = len(mapper.map_points()[0])
+    step = mapper.session.step
+
+    def poisoned(*args, **kwargs):   # the model's output for this one frame has one NaN
+        results = step(*args, **kwargs)
+        bad = getattr(results[0], name).clone()
+        bad.view(-1)[0] = float("nan")
+        return [dataclasses.replace(results[0], **{name: bad})]
+
+    monkeypatch.setattr(mapper.session, "step", poisoned)
+    outcome = mapper.process(frame(40, stamp_s=5.0))
+    monkeypatch.undo()
+    assert outcome.new == [] and [n.kind for n in outcome.notices] == [FAILED]
+    assert "non-finite depth, intrinsics or points" in outcome.notices[0].text
+    assert mapper.snapshot.failed == 1 and mapper.snapshot.trajectory_poses == 4
+    xyz, _ = mapper.map_points()
+    assert len(xyz) == points_before and np.isfinite(xyz).all()
+    # Good frames afterwards: a new stream, placed; nothing non-finite in what is saved.
+    outputs = [o for i in range(6, 10) for o in mapper.process(frame(8 * i, stamp_s=1.0 + i)).new]
+    assert len(outputs) == 4 and mapper.snapshot.failed == 1
+    saved = mapper.save(tmp_path)
+    assert saved.num_poses == 8 and np.isfinite(read_ply(tmp_path / "map.ply")[0]).all()
+    poses = read_tum(tmp_path / "trajectory.tum").poses()
+    assert len(poses) == 8 and np.isfinite(poses).all()
+    assert 5 * 10**9 not in read_tum(tmp_path / "trajectory.tum").stamps_ns().tolist()
+
+
+def test_a_map_with_a_non_finite_point_is_neither_returned_nor_saved(make_mapper, monkeypatch, tmp_path):
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i))
+    xyz, rgb = mapper.map_points()
+    xyz[0, 1] = np.inf                 # as if a conversion into map overflowed float32
+    monkeypatch.setattr(mapper._store, "points", lambda *args: (xyz, rgb))
+    with pytest.raises(FloatingPointError, match=f"1 of {len(xyz)} map points are not finite"):
+        mapper.map_points()
+    with pytest.raises(FloatingPointError):
+        mapper.save(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_map_and_trajectory_are_bounded(make_mapper):
     mapper = make_mapper(max_map_points=50, max_trajectory_poses=3, map_voxel_size_m=0.001)
     notices = []
@@ -254,7 +301,7 @@ def test_settings_name_every_bad_value():
         MapperSettings(sliding_window=0, device="gpu", keyframe_policy="often", map_voxel_size_m=0.0)
     text = str(error.value)
     for name in ("'sliding_window' must be >= 1", "'device' must be auto, cpu, cuda or cuda:N",
-                 "'keyframe_policy' must be one of", "'map_voxel_size_m' must be > 0"):
+                 "'keyframe_policy' must be one of", "'map_voxel_size_m' must be >= 0.001"):
         assert name in text
 
 

@@ -241,6 +241,13 @@ def test_hostile_live_parameters_services_and_save_paths(ros, tiny, tmp_path):
         "stale_after_s (NaN)": (double_parameter("stale_after_s", float("nan")), "stale_after_s"),
         "save_directory (empty)": (string_parameter("save_directory", ""), "must name a directory"),
         "scale (read-only)": (double_parameter("scale", 1e39), "read-only"),
+        # Inside the descriptor's range, below what a timer can do: refused by the rule.
+        "map_publish_period_s (1e-12)": (double_parameter("map_publish_period_s", 1e-12),
+                                         "'map_publish_period_s' must be 0 (off) or at least 0.001 s"),
+        "diagnostics_period_s (1e-12)": (double_parameter("diagnostics_period_s", 1e-12), "out of range"),
+        "max_input_ahead_s (beyond the odometry buffer)": (double_parameter("max_input_ahead_s", 60.0),
+                                                           "out of range"),
+        "camera_mount (read-only)": (string_parameter("camera_mount", "1e300 0 0 0 0 0"), "read-only"),
     }
     for case, (parameter, why) in refused.items():
         successful, reason = _set(ros, parameter)
@@ -312,12 +319,18 @@ def test_hostile_start_up_parameters_fail_configure_naming_each(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, "scale_source:=fixed", "scale:=1e39", "odom_frame:=base_link",
                           "save_directory:=' '", "map_publish_period_s:=1e12", "service_timeout_s:=1e308",
-                          "diagnostics_period_s:=1e300")
+                          "diagnostics_period_s:=1e300", "camera_mount:='1e300 0 0 0 0 0'",
+                          "map_voxel_size_m:=1e-300", "transform_publish_period_s:=1e-12", "camera_num_iterations:=1000000000000",
+                          "max_input_ahead_s:=60.0", "tf_camera_frame:=map", "camera_frame:=map")
     assert node.wait(120) == 1
     out = ros.output(node)
     assert "Traceback" not in out and "see above" not in out
     for name in ("'scale'", "'odom_frame' must differ from 'base_frame'", "'save_directory'",
-                 "'map_publish_period_s'", "'service_timeout_s'", "'diagnostics_period_s'"):
+                 "'map_publish_period_s'", "'service_timeout_s'", "'diagnostics_period_s'",
+                 "'camera_mount' must have a translation of at most 100 m", "'map_voxel_size_m' must be >= 0.001",
+                 "'transform_publish_period_s' must be 0 (off) or at least 0.001 s",
+                 "'camera_num_iterations' must be <= 64", "'max_input_ahead_s' must be <= 10",
+                 "'tf_camera_frame' must differ from 'map_frame'", "'camera_frame' ('map') must not be map_frame"):
         assert name in out, (name, out[-3000:])
 
 

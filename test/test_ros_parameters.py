@@ -31,21 +31,21 @@ def value_of(env, name: str):
 def test_read_only_parameters_and_ranges_are_described(ros, tiny):
     fixture, _ = tiny
     node = ros.start_node(fixture, autostart=False)
-    names = ["sliding_window", "min_confidence", "path_max_length", "diagnostics_period_s", "image_qos"]
+    names = ["sliding_window", "min_confidence", "path_max_length", "service_timeout_s", "image_qos"]
     described = ros.call(DescribeParameters, "/map_node/describe_parameters",
                          DescribeParameters.Request(names=names)).descriptors
     by_name = {d.name: d for d in described}
     assert set(by_name) == set(names)
     sliding = by_name["sliding_window"]
     assert sliding.read_only and "read-only" in sliding.description
-    assert (sliding.integer_range[0].from_value, sliding.integer_range[0].to_value) == (1, 2**63 - 1)
+    assert (sliding.integer_range[0].from_value, sliding.integer_range[0].to_value) == (1, 1024)
     confidence = by_name["min_confidence"]
     assert not confidence.read_only and "applies at once" in confidence.description
     assert confidence.floating_point_range[0].from_value == 0.0 and not confidence.integer_range
     assert by_name["path_max_length"].integer_range[0].from_value == 1
     # 'above 0' is an open bound a descriptor cannot state: the range starts at 0 and the node's
     # own check refuses 0 itself (below).
-    assert by_name["diagnostics_period_s"].floating_point_range[0].from_value == 0.0
+    assert by_name["service_timeout_s"].floating_point_range[0].from_value == 0.0
     image_qos = by_name["image_qos"]
     assert not image_qos.read_only and "one of: auto, sensor_data, reliable, best_effort" in image_qos.description
     interrupt_and_check_exit(ros, node)
@@ -67,8 +67,8 @@ def test_parameters_are_refused_with_the_reason_or_applied_live(ros, tiny):
     assert not successful and "min_confidence" in reason and "out of range" in reason
     successful, reason = set_one(ros, integer_parameter("path_max_length", 0))
     assert not successful and "path_max_length" in reason and "out of range" in reason
-    successful, reason = set_one(ros, double_parameter("diagnostics_period_s", 0.0))
-    assert not successful and "'diagnostics_period_s' must be > 0" in reason
+    successful, reason = set_one(ros, double_parameter("service_timeout_s", 0.0))
+    assert not successful and "'service_timeout_s' must be > 0" in reason
     successful, reason = set_one(ros, double_parameter("rate_tolerance", 1.5))
     assert not successful and "'rate_tolerance' must be below 1" in reason
     successful, reason = set_one(ros, string_parameter("path_max_length", "three"))

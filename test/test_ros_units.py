@@ -2,6 +2,7 @@
 import dataclasses
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gra
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.ros import messages, params
+from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +120,33 @@ def test_default_parameters_validate_and_match_map_yaml():
     ({"image_qos": "fast"}, "'image_qos' must be one of"),
     ({"tf_mode": "map_to_world"}, "'tf_mode' must be one of"),
     ({"checkpoint": "/no/such.pt"}, "'checkpoint' names a file that does not exist"),
-    ({"map_voxel_size_m": 0.0}, "'map_voxel_size_m' must be > 0"),
+    ({"map_voxel_size_m": 0.0}, "'map_voxel_size_m' must be >= 0.001"),
+    # Ranges are what the code can do (issue 18, item 3): each refused, naming the parameter.
+    ({"map_voxel_size_m": 1e-300}, "'map_voxel_size_m' must be >= 0.001"),
+    ({"camera_mount": "1e300 0 0 0 0 0"}, "'camera_mount' must have a translation of at most 100 m"),
+    ({"camera_mount": "0 0 -101 0 0 0"}, "'camera_mount' must have a translation of at most 100 m"),
+    ({"camera_mount": "0 0 0 0 1e300 0"}, "'camera_mount' must have angles of at most 2 pi radians"),
+    ({"camera_num_iterations": 10**12}, "'camera_num_iterations' must be <= 64"),
+    ({"image_width": 14 * 1000}, "'image_width' must be <= 2100"),
+    ({"warmup_image_size": "100000x100000"}, "'warmup_image_size' must be at most 67108864 pixels"),
+    ({"sliding_window": 2000}, "'sliding_window' must be <= 1024"),
+    ({"scale_frames": 2000}, "'scale_frames' must be <= 1024"),
+    ({"sliding_window": 1020}, "'sliding_window' (1020) plus scale_frames (8) must be at most 1024"),
+    ({"max_input_ahead_s": 10.5}, "'max_input_ahead_s' must be <= 10"),
+    ({"transform_publish_period_s": 1e-12}, "'transform_publish_period_s' must be 0 (off) or at least 0.001 s"),
+    ({"map_publish_period_s": 1e-12}, "'map_publish_period_s' must be 0 (off) or at least 0.001 s"),
+    ({"diagnostics_period_s": 1e-12}, "'diagnostics_period_s' must be >= 0.05"),
+    ({"tf_camera_frame": "base_link"}, "'tf_camera_frame' must differ from 'base_frame' (both 'base_link')"),
+    ({"tf_camera_frame": "odom"}, "'tf_camera_frame' must differ from 'odom_frame'"),
+    ({"odom_frame": "base_link"}, "'odom_frame' must differ from 'base_frame'"),
+    ({"base_frame": "/map"}, "'base_frame' must differ from 'map_frame'"),
+    ({"camera_frame": "base_link"}, "'camera_frame' ('base_link') must not be map_frame, odom_frame or base_frame"),
+    ({"camera_frame": "a camera"}, "'camera_frame' must be a TF frame name"),
+    ({"queue_size": 5000}, "'queue_size' must be <= 1000"),
+    ({"keyframe_interval": 2**62}, "'keyframe_interval' must be <= 1000"),
+    ({"window_size": 5000, "overlap_size": 2000}, "'overlap_size' / 'overlap_keyframes': the windowed policy's "
+                                                  "overlap (2000 frames) must be at most 1024"),
+    ({"diagnostics_window_s": 86400.0}, "'diagnostics_window_s' must be <= 3600"),
     ({"min_confidence": float("nan")}, "'min_confidence' must be a finite number"),
     ({"process_all_frames": "yes"}, "'process_all_frames' must be a bool"),
     ({"queue_size": True}, "'queue_size' must be a int"),
@@ -139,6 +167,15 @@ def test_each_bad_parameter_is_reported_once():
     text = str(error.value)
     for name in ("max_image_pixels", "diagnostics_period_s", "sliding_window"):
         assert text.count(f"'{name}'") == 1
+
+
+def test_the_new_bounds_accept_their_limits():
+    mapper, node = params.split({"map_voxel_size_m": 0.001, "camera_mount": "100 -100 0.5 6.28 0 -6.28",
+                                 "camera_num_iterations": 64, "image_width": 2100, "scale_frames": 0,
+                                 "sliding_window": 1024, "max_input_ahead_s": 10.0, "map_publish_period_s": 0.001,
+                                 "transform_publish_period_s": 0.0, "diagnostics_period_s": 0.05,
+                                 "camera_frame": "lingbot_camera"})
+    assert (mapper.sliding_window, node.map_publish_period_s, node.camera_frame) == (1024, 0.001, "lingbot_camera")
 
 
 def test_int_is_accepted_for_float_parameters():
@@ -271,3 +308,61 @@ def test_the_inbox_merges_the_gaps_of_the_frames_it_drops():
     inbox.put(InputFrame(rgb=rgb, stamp_ns=10**10, gap_ns=None))     # the first after activate
     inbox.put(InputFrame(rgb=rgb, stamp_ns=10**10 + 1, gap_ns=1))
     assert inbox.get(0).gap_ns is None                                # unknown: the stamps decide
+
+
+class _ParameterNode:
+    """What params.on_set reads of the node, with a real Worker and a Mapper stand-in."""
+
+    def __init__(self, apply_live, service_timeout_s=5.0):
+        self._state_machine = SimpleNamespace(current_state=(3, "active"))
+        self.refused_parameters, self.errors, self.logged = {}, [], []
+        self.mapper = SimpleNamespace(apply_live=apply_live)
+        self.worker = Worker(FrameInbox(keep_all=True, capacity=2), lambda frame: None, self.errors.append)
+        self.worker.start()
+        self.cfg = params.NodeSettings(service_timeout_s=service_timeout_s)
+        self.safety = SafetyNet(SimpleNamespace(error=self.logged.append), self.errors.append)
+        self._values = {name: field.default for name, field in params.FIELDS.items()}
+        self._values["service_timeout_s"] = service_timeout_s
+
+    def get_parameter(self, name):
+        return SimpleNamespace(value=self._values[name])
+
+    def get_logger(self):
+        return SimpleNamespace(error=self.logged.append)
+
+
+def _set_live(node, name, value):
+    from rclpy.parameter import Parameter
+    return params.on_set(node, [Parameter(name, value=value)])
+
+
+def test_a_live_mapper_parameter_is_answered_after_the_worker_applied_it():
+    applied = []
+    node = _ParameterNode(lambda settings: applied.append(settings.min_confidence))
+    result = _set_live(node, "min_confidence", 2.5)
+    assert result.successful and applied == [2.5]          # applied before the answer
+    assert node.worker.stop(5)
+
+
+def test_a_worker_side_failure_of_a_live_parameter_is_the_answer_logged_and_counted():
+    def apply_live(settings):
+        raise RuntimeError("the Mapper could not take it (simulated)")
+
+    node = _ParameterNode(apply_live)
+    result = _set_live(node, "min_confidence", 2.5)
+    assert not result.successful and "not applied: RuntimeError: the Mapper could not take it" in result.reason
+    assert len(node.errors) == 1 and "live Mapper parameters" in node.errors[0]
+    assert any("['min_confidence'] not applied" in text for text in node.logged)
+    assert node.worker.stop(5)
+
+
+def test_a_live_parameter_the_worker_does_not_get_to_in_time_is_refused_and_never_applied():
+    applied, release = [], threading.Event()
+    node = _ParameterNode(lambda settings: applied.append(settings.min_confidence), service_timeout_s=0.2)
+    node.worker.submit(release.wait)                       # a long frame step holds the worker
+    result = _set_live(node, "min_confidence", 2.5)
+    assert not result.successful and "cancelled, nothing done" in result.reason
+    release.set()
+    assert node.worker.submit(lambda: "after").result(timeout=5) == "after"
+    assert applied == []
+    assert node.worker.stop(5)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import time
 import typing
 from pathlib import Path
@@ -67,6 +68,14 @@ from .settings import LIVE, MapperSettings, SettingsError
 from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _finite_float32(value: float) -> bool:
+    """``value`` is finite and stays so as the float32 the outputs are published in."""
+    return math.isfinite(value) and abs(value) <= _FLOAT32_MAX
 
 
 class _StoredFrame(typing.NamedTuple):
@@ -363,7 +372,12 @@ class Mapper:
         (merged for good: a later rollback no longer removes its points). A windowed run's
         provisional keyframes are in it with their current values, as if the stream ended here;
         they enter the map itself only when final."""
-        return self._store.points(self._stream.frames.conversion, self._provisional_points())
+        xyz, rgb = self._store.points(self._stream.frames.conversion, self._provisional_points())
+        finite = np.isfinite(xyz).all(axis=1)
+        if not finite.all():   # every frame's points were checked: a conversion overflowed float32
+            raise FloatingPointError(f"{int((~finite).sum())} of {len(xyz)} map points are not finite: the map "
+                                     "is not published or saved")
+        return xyz, rgb
 
     def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """A windowed run's provisional keyframes' points (in I) with their current values: a
@@ -524,12 +538,20 @@ class Mapper:
 
     def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
         state = self._stream
-        internal = state.placement.camera_pose(to_numpy(result.extrinsic))
+        extrinsic, extremes = result.host_extrinsic()   # one copy: the pose and the outputs' checks
+        internal = state.placement.camera_pose(extrinsic)
         conversion = state.frames.conversion
         camera_pose, base_pose = conversion.camera_pose(internal), conversion.base_pose(internal)
+        # Whatever the cause: a counted failure (the caller's handler), never published, placed or saved.
         if not (np.isfinite(camera_pose).all() and np.isfinite(base_pose).all()):
-            # Whatever the cause: a counted failure (the caller's handler), never published or placed.
             raise FloatingPointError(f"non-finite pose for frame {pending.index}")
+        intrinsic, depth, points = (float(v) for v in extremes)
+        # Depth and points are published in map units (float32): scaled, they must stay finite too.
+        if not (math.isfinite(intrinsic) and _finite_float32(depth * conversion.scale)
+                and _finite_float32(points * conversion.scale)):
+            raise FloatingPointError(f"non-finite depth, intrinsics or points for frame {pending.index} (largest "
+                                     f"|value|: intrinsic {intrinsic:g}, depth {depth:g}, points {points:g}, "
+                                     f"at scale {conversion.scale:g})")
         return MapperOutput(frame=pending.frame, index=pending.index, camera_pose=camera_pose,
                             base_pose=base_pose, internal_pose=internal, trusted=trusted,
                             is_keyframe=is_keyframe, provisional=not final, placement=state.placement,

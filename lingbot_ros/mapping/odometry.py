@@ -21,6 +21,8 @@ from .trajectory import quaternion_to_rotation, rotation_to_quaternion
 # Quaternions closer than this (cosine of half the angle between them) are blended linearly:
 # slerp divides by sin(angle), which vanishes there, and the two differ by at most 1e-6 rad.
 _SLERP_LINEAR_DOT = 0.9995
+# How far behind the newest sample the buffer keeps samples (the default ``max_age_s``).
+MAX_AGE_S = 10.0
 
 
 class OdometryBuffer:
@@ -39,7 +41,7 @@ class OdometryBuffer:
     went_back_ok=True)``; without it older stamps are ignored.
     """
 
-    def __init__(self, max_age_s: float = 10.0, max_samples: int = 12_000,
+    def __init__(self, max_age_s: float = MAX_AGE_S, max_samples: int = 12_000,
                  max_extrapolation_s: float = 0.05, max_gap_s: float = 0.5):
         for name, value in (("max_age_s", max_age_s), ("max_gap_s", max_gap_s)):
             if not (np.isfinite(value) and value > 0):

@@ -12,6 +12,7 @@ import math
 import os
 from typing import Any, Callable, Mapping
 
+from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..stream import SettingsError   # one error type for every settings problem
 from ..stream.settings import BACKENDS, DTYPES
 from .metric_scale import SCALE_SOURCES
@@ -52,7 +53,12 @@ def parse_image_size(text: str) -> tuple[int, int] | None:
 
 
 def _image_size(value) -> str | None:
-    return None if parse_image_size(value) else "must be WIDTHxHEIGHT in pixels, e.g. 640x480"
+    size = parse_image_size(value)
+    if size is None:
+        return "must be WIDTHxHEIGHT in pixels, e.g. 640x480"
+    if size[0] * size[1] > DEFAULT_MAX_PIXELS:
+        return f"must be at most {DEFAULT_MAX_PIXELS} pixels (larger images are refused as bad input)"
+    return None
 
 
 def _existing_file_or_empty(value) -> str | None:
@@ -73,6 +79,18 @@ def _device(value) -> str | None:
     return "must be auto, cpu, cuda or cuda:N"
 
 
+# The largest camera mount translation (metres): a camera on the robot, or on a very large one.
+# One bound for the camera_mount setting and a mount from TF (ros/robot_link.py).
+MAX_MOUNT_M = 100.0
+# Voxel indices fit +-2^20 per axis (voxel_map.py): 1 mm voxels span +-1 km around the map's
+# origin, the default 5 cm +-52 km. A smaller voxel cannot hold a robot's map (every keyframe's
+# points would leave the key range: a model failure each).
+MIN_VOXEL_SIZE_M = 1e-3
+# Frames an attention cache may hold (anchors, window): the model's trained 3D-RoPE range
+# (max_frame_num); the cache allocates a page per frame up front, on every layer.
+MAX_CACHE_FRAMES = 1024
+
+
 def _mount(value) -> str | None:
     try:
         numbers = [float(v) for v in value.split()]
@@ -80,7 +98,19 @@ def _mount(value) -> str | None:
         numbers = []
     if len(numbers) != 6 or not all(math.isfinite(v) for v in numbers):
         return "must be six numbers 'x y z roll pitch yaw' (metres, radians)"
+    if max(abs(v) for v in numbers[:3]) > MAX_MOUNT_M:
+        return f"must have a translation of at most {MAX_MOUNT_M:g} m per axis (a camera on the robot)"
+    if max(abs(v) for v in numbers[3:]) > 2 * math.pi:
+        return "must have angles of at most 2 pi radians in magnitude"
     return None
+
+
+# Widest model input: 150 patches, 16 times the default's tokens per frame (and per cache page).
+MAX_IMAGE_WIDTH = 2100
+MAX_CAMERA_ITERATIONS = 64      # the camera head runs once per iteration in every frame step
+# Frames between keyframes: the rollback keeps this many frames' bookkeeping, a window's length
+# and overlap are counted in them.
+MAX_KEYFRAME_INTERVAL = 1000
 
 
 def _patch_multiple(value) -> str | None:
@@ -103,8 +133,8 @@ class MapperSettings:
     fused_blocks: bool = setting(True, "run the transformer blocks' norms, RoPE and residual work as kernels "
                                        "fused by torch.compile (CUDA, single-frame steps; compiled once at "
                                        "warm-up, cached on disk); false keeps the eager kernels")
-    image_width: int = setting(518, "model input width in pixels (multiple of the patch size, 14)",
-                               check=_patch_multiple)
+    image_width: int = setting(518, f"model input width in pixels (multiple of the patch size, 14; at most "
+                                    f"{MAX_IMAGE_WIDTH})", check=_patch_multiple, maximum=MAX_IMAGE_WIDTH)
     exact_resize: bool = setting(False, "resize with PIL bicubic on the CPU exactly as the original demo "
                                         "(default: antialiased bicubic on the model's device, faster)")
     warmup: bool = setting(True, "run dummy frames through both phases before the first real frame "
@@ -115,9 +145,14 @@ class MapperSettings:
     # -- the stream (spec 9, 13) -----------------------------------------------------------------
     num_scale_frames: int = setting(8, "frames buffered and run together before the first poses (phase 1, "
                                        "scale initialisation)", minimum=1)
-    scale_frames: int = setting(8, "anchor frames the attention cache keeps for the whole stream", minimum=0)
-    sliding_window: int = setting(64, "keyframes kept in the attention cache's sliding window", minimum=1)
-    camera_num_iterations: int = setting(4, "camera head refinement iterations", minimum=1)
+    scale_frames: int = setting(8, "anchor frames the attention cache keeps for the whole stream", minimum=0,
+                                maximum=MAX_CACHE_FRAMES)
+    sliding_window: int = setting(64, "keyframes kept in the attention cache's sliding window (scale_frames + "
+                                      f"sliding_window at most {MAX_CACHE_FRAMES}, the model's max_frame_num: "
+                                      "the cache allocates a page for each up front)", minimum=1,
+                                  maximum=MAX_CACHE_FRAMES)
+    camera_num_iterations: int = setting(4, "camera head refinement iterations", minimum=1,
+                                         maximum=MAX_CAMERA_ITERATIONS)
     cross_frame_special: bool = setting(True, "evicted frames leave their special tokens in the cache "
                                               "(false: they vanish; spec 9)")
     include_scale_frames: bool = setting(True, "the anchor frames stay in the cache (false: no anchors; spec 9)")
@@ -126,7 +161,8 @@ class MapperSettings:
     keyframe_policy: str = setting("interval", "interval (every keyframe_interval-th frame) or motion "
                                                "(optical-flow parallax against the last keyframe)",
                                    choices=KEYFRAME_POLICIES)
-    keyframe_interval: int = setting(1, "keyframe every N frames (interval policy)", minimum=1)
+    keyframe_interval: int = setting(1, f"keyframe every N frames (interval policy; at most "
+                                        f"{MAX_KEYFRAME_INTERVAL})", minimum=1, maximum=MAX_KEYFRAME_INTERVAL)
     keyframe_min_parallax_px: float = setting(8.0, "median optical-flow parallax (pixels at 320 px image "
                                                    "width) that makes a keyframe (motion policy)", minimum=0, when=LIVE)
     # -- long runs -------------------------------------------------------------------------------
@@ -162,8 +198,9 @@ class MapperSettings:
     # -- the robot: camera mount and metric scale ----------------------------------------------
     camera_mount: str = setting("0 0 0 -1.5707963267948966 0 -1.5707963267948966",
                                 "the camera's optical frame in the robot's base frame, 'x y z roll pitch yaw' "
-                                "(metres, radians), used where TF has no base_frame -> image frame transform; "
-                                "the default: at the base, looking along its x axis", check=_mount)
+                                f"(metres, radians; at most {MAX_MOUNT_M:g} m and 2 pi each), used where TF has no "
+                                "base_frame -> image frame transform; the default: at the base, looking along its "
+                                "x axis", check=_mount)
     scale_source: str = setting("none", "none (outputs in model units, up to scale), fixed (the scale "
                                         "setting) or odometry (estimated against the robot's odometry)",
                                 choices=SCALE_SOURCES)
@@ -186,7 +223,9 @@ class MapperSettings:
     map_points_stride: int = setting(4, "pixel stride (both image axes) of the keyframe points put into the "
                                         "map", minimum=1, when=LIVE)
     map_voxel_size_m: float = setting(0.05, "voxel size of the map, metres (model units until the scale is "
-                                            "known)", above=0)
+                                            "known); the map spans 2^20 voxels each way from its origin (52 km "
+                                            f"at 5 cm, 1 km at the smallest, {MIN_VOXEL_SIZE_M * 1000:g} mm)",
+                                      minimum=MIN_VOXEL_SIZE_M)
     max_map_points: int = setting(2_000_000, "map size bound; the least recently updated voxels go first",
                                   minimum=1)
     max_trajectory_poses: int = setting(1_000_000, "poses kept in the saved trajectory; the oldest go first "
@@ -237,8 +276,16 @@ def cross_field_errors(settings: "MapperSettings") -> list[str]:
         errors.append(f"'num_scale_frames' ({s.num_scale_frames}) must be at most scale_frames + "
                       f"sliding_window ({s.scale_frames} + {s.sliding_window}): the phase-1 batch "
                       "would be evicted while it is appended")
+    if s.scale_frames + s.sliding_window > MAX_CACHE_FRAMES:
+        errors.append(f"'sliding_window' ({s.sliding_window}) plus scale_frames ({s.scale_frames}) must be at most "
+                      f"{MAX_CACHE_FRAMES} (the model's max_frame_num; the cache allocates a page for each): "
+                      "lower one of them")
     if s.long_run_policy == "windowed":
         layout = s.window_rule().layout()
+        if layout.overlap > MAX_CACHE_FRAMES:
+            errors.append(f"'overlap_size' / 'overlap_keyframes': the windowed policy's overlap ({layout.overlap} "
+                          f"frames) must be at most {MAX_CACHE_FRAMES} (its frames' images stay on the model's "
+                          "device to be run again): lower them")
         if layout.overlap >= layout.window_frames:
             errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
                           f"a window ({layout.window_frames} frames): lower overlap_size / "

@@ -5,8 +5,9 @@ the reason) or turned into a clean T_parent_child [4, 4]. What is refused:
 - a non-finite number anywhere in the pose;
 - a quaternion that is not near unit length (zero, or off by more than QUATERNION_TOLERANCE:
   that is a bug in the sender, not rounding); a near-unit one is normalised;
-- a translation beyond a bound (MAX_ODOMETRY_M for odometry and /tf, MAX_MOUNT_M for a camera
-  mount): what a float64 holds is not what a robot can be;
+- a translation beyond a bound (MAX_ODOMETRY_M for odometry and /tf; for a camera mount
+  MAX_MOUNT_M, the camera_mount setting's bound in mapping/settings.py): what a float64 holds is
+  not what a robot can be;
 - a zero stamp, or one far ahead of the image clock (``ImageClock``): one sample stamped an hour
   ahead would make every later one look too old to the odometry buffer;
 - frame ids other than the configured ones (another robot's odometry).
@@ -24,7 +25,6 @@ from lingbot_ros.ros import messages
 
 QUATERNION_TOLERANCE = 0.01      # | |q| - 1 | up to this is normalised, beyond it refused
 MAX_ODOMETRY_M = 1.0e6           # 1,000 km from the odometry origin
-MAX_MOUNT_M = 100.0              # a camera on the robot, or on a very large one
 
 
 class Refused(ValueError):

@@ -325,7 +325,8 @@ class MapNode(LifecycleNode):
             if (worker is not None and outputs is not None and outputs.map.get_subscription_count()
                     and not self._map_publish_pending.is_set()):
                 self._map_publish_pending.set()
-                worker.submit(self.publish_map)
+                # Guarded: an error on the worker (a non-finite map) is logged and counted, not lost.
+                worker.submit(self.safety.guard("map publication", self.publish_map))
 
     def publish_map(self) -> None:
         self._map_publish_pending.clear()

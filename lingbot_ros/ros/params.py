@@ -13,6 +13,7 @@ import dataclasses
 import sys
 
 from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
+from lingbot_ros.mapping.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
 from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
                                           field_errors, setting)
 
@@ -28,6 +29,18 @@ def _frame_name(value) -> str | None:
         "must be a TF frame name (non-empty, no spaces or inner slashes)"
 
 
+def _frame_name_or_empty(value) -> str | None:
+    return _frame_name(value) if value else None
+
+
+def _period(shortest_s: float):
+    """A timer period's rule: 0 (off) or at least ``shortest_s`` (a shorter timer busy-spins, or
+    floods its topic)."""
+    def check(value) -> str | None:
+        return None if value == 0 or value >= shortest_s else f"must be 0 (off) or at least {shortest_s:g} s"
+    return check
+
+
 def _below_1(value) -> str | None:
     return None if value < 1 else "must be below 1"
 
@@ -40,6 +53,15 @@ def _not_empty(value) -> str | None:
 # what rclpy timers (int64 nanoseconds) and threading waits (TIMEOUT_MAX) take.
 MAX_PERIOD_S = 86400.0
 MAX_DEPTH = 100_000
+# Shortest timer periods: map -> odom republished at up to 1 kHz, ~/map ticks at up to 1 kHz
+# (its publications coalesce on the worker), /diagnostics at up to 20 Hz. Shorter ones busy-spin
+# the executor (a 1e-12 s period is a 0 ns timer) or flood their topic.
+MIN_PERIOD_S = 0.001
+MIN_DIAGNOSTICS_PERIOD_S = 0.05
+# /diagnostics keeps one sample of the counts per period over its window: an hour at 20 Hz is
+# 72,000 of them.
+MAX_DIAGNOSTICS_WINDOW_S = 3600.0
+MAX_QUEUED_FRAMES = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +74,9 @@ class NodeSettings:
     process_all_frames: bool = setting(False, "process every frame in order (bag replay): a reliable "
                                               "keep-all subscription and a bounded queue that makes the "
                                               "publisher wait, instead of newest-frame-wins", when=ACTIVATE)
-    queue_size: int = setting(30, "queue bound with process_all_frames (the subscription then waits)",
-                              minimum=1, maximum=MAX_DEPTH, when=ACTIVATE)
+    queue_size: int = setting(30, "queue bound with process_all_frames (the subscription then waits); at most "
+                                  f"{MAX_QUEUED_FRAMES}: each queued frame is a decoded image (0.9 MB at 640x480)",
+                              minimum=1, maximum=MAX_QUEUED_FRAMES, when=ACTIVATE)
     image_qos: str = setting("auto", "auto (sensor_data; reliable keep-all with process_all_frames), "
                                      "sensor_data, reliable or best_effort", choices=IMAGE_QOS_CHOICES,
                              when=ACTIVATE)
@@ -68,8 +91,9 @@ class NodeSettings:
                                          when=ACTIVATE)
     max_input_ahead_s: float = setting(5.0, "odometry stamped further than this ahead of the image clock (the "
                                             "newest image's stamp plus the time since it came) is refused: "
-                                            "it would make every later sample look too old", above=0,
-                                       maximum=MAX_PERIOD_S, when=ACTIVATE)
+                                            "it would make every later sample look too old (at most the "
+                                            f"{ODOMETRY_MAX_AGE_S:g} s the odometry buffer keeps)", above=0,
+                                       maximum=ODOMETRY_MAX_AGE_S, when=ACTIVATE)
     max_image_pixels: int = setting(DEFAULT_MAX_PIXELS, "larger images are rejected as bad input", minimum=1,
                                     when=ACTIVATE)
     strict_jpeg: bool = setting(True, "a JPEG libjpeg warns about (damaged data, bytes before its end) is "
@@ -81,7 +105,7 @@ class NodeSettings:
                                            "and the camera mount is looked up as base_frame -> the image's "
                                            "frame_id", check=_frame_name)
     camera_frame: str = setting("", "frame_id of the depth and confidence images and their camera_info; "
-                                    "empty = the input image's frame_id")
+                                    "empty = the input image's frame_id", check=_frame_name_or_empty)
     tf_mode: str = setting("none", "none, map_to_odom (REP 105: map -> odom_frame from the robot's "
                                    "odometry), map_to_base (map -> base_frame, a robot without other "
                                    "odometry) or map_to_camera (map -> tf_camera_frame)", choices=TF_MODES)
@@ -95,7 +119,8 @@ class NodeSettings:
                                                       "again at this period, post-dated by transform_timeout_s "
                                                       "(as slam_toolbox's transform_publish_period), so a lookup "
                                                       "at 'now' succeeds between frames (0 = only at each image's "
-                                                      "stamp)", minimum=0, maximum=MAX_PERIOD_S)
+                                                      f"stamp; else at least {MIN_PERIOD_S:g} s)", minimum=0,
+                                                maximum=MAX_PERIOD_S, check=_period(MIN_PERIOD_S))
     transform_timeout_s: float = setting(0.2, "how far ahead of now the republished map -> odom is stamped (as "
                                               "slam_toolbox's transform_timeout)", minimum=0, maximum=MAX_PERIOD_S)
     odom_variance: float = setting(0.01, "pose covariance diagonal of ~/odom while tracking (1e6 while the "
@@ -103,20 +128,22 @@ class NodeSettings:
                                    when=LIVE)
     path_max_length: int = setting(1000, "poses in ~/path", minimum=1, when=LIVE)
     points_stride: int = setting(4, "pixel stride of ~/points", minimum=1, when=LIVE)
-    map_publish_period_s: float = setting(2.0, "period of ~/map (0 = never published)", minimum=0,
-                                          maximum=MAX_PERIOD_S, when=LIVE)
+    map_publish_period_s: float = setting(2.0, f"period of ~/map (0 = never published; else at least "
+                                               f"{MIN_PERIOD_S:g} s)", minimum=0, maximum=MAX_PERIOD_S,
+                                          check=_period(MIN_PERIOD_S), when=LIVE)
     save_directory: str = setting("lingbot_maps", "directory of ~/save_map; a relative one is under $ROS_HOME "
                                                   "(default ~/.ros), and a save_map request's relative directory "
                                                   "is under it", check=_not_empty, when=LIVE)
-    diagnostics_period_s: float = setting(1.0, "period of /diagnostics and of the periodic ~/status", above=0,
-                                          maximum=3600.0, when=LIVE)
-    service_timeout_s: float = setting(30.0, "how long a service waits for the worker to start its request "
-                                             "(not started by then: cancelled, nothing done)", above=0,
+    diagnostics_period_s: float = setting(1.0, "period of /diagnostics and of the periodic ~/status",
+                                          minimum=MIN_DIAGNOSTICS_PERIOD_S, maximum=3600.0, when=LIVE)
+    service_timeout_s: float = setting(30.0, "how long a service, or a live change of a Mapper parameter, "
+                                             "waits for the worker to start it (not started by then: cancelled, "
+                                             "nothing done)", above=0,
                                        maximum=MAX_PERIOD_S, when=LIVE)
     # -- health (/diagnostics levels) -------------------------------------------------------------
     diagnostics_window_s: float = setting(5.0, "sliding window of /diagnostics' counts and rates: a drop, a "
                                                "bad input or a model failure sets the level for this long",
-                                          above=0, maximum=MAX_PERIOD_S, when=LIVE)
+                                          above=0, maximum=MAX_DIAGNOSTICS_WINDOW_S, when=LIVE)
     stale_after_s: float = setting(3.0, "while active, /diagnostics is STALE when no image arrived for this "
                                         "long (0 = never)", minimum=0, maximum=MAX_PERIOD_S, when=LIVE)
     expected_rate_hz: float = setting(0.0, "the camera's frame rate: /diagnostics warns when images arrive "
@@ -126,15 +153,26 @@ class NodeSettings:
                                          "against the input rate", minimum=0, check=_below_1, when=LIVE)
 
     def __post_init__(self):
-        errors = field_errors(self)
-        for name in ("tf_camera_frame", "base_frame", "odom_frame"):
-            if getattr(self, name) == self.map_frame:
-                errors.append(f"'{name}' must differ from 'map_frame'")
-        if self.odom_frame == self.base_frame:
-            errors.append(f"'odom_frame' must differ from 'base_frame' (both '{self.base_frame}': odometry "
-                          "would be the pose of a frame in itself)")
+        errors = field_errors(self) + self.frame_errors()
         if errors:
             raise SettingsError("invalid parameters: " + "; ".join(errors))
+
+    def frame_errors(self) -> list[str]:
+        """The frames the node names must be distinct: map, odom and base are three frames of
+        REP 105 (odometry would be the pose of a frame in itself), the published camera is a child
+        frame of its own, and the depth images are in the camera's optical frame, none of them."""
+        errors = []
+        names = ("map_frame", "base_frame", "odom_frame", "tf_camera_frame")
+        for i, name in enumerate(names):
+            for other in names[:i]:
+                if getattr(self, name).strip("/") == getattr(self, other).strip("/"):
+                    errors.append(f"'{name}' must differ from '{other}' (both '{getattr(self, name)}'): set "
+                                  "another frame name")
+        if self.camera_frame.strip("/") in {getattr(self, name).strip("/") for name in names[:3]}:
+            errors.append(f"'camera_frame' ('{self.camera_frame}') must not be map_frame, odom_frame or "
+                          "base_frame: the depth images are in the camera's optical frame (empty = the "
+                          "input image's frame_id)")
+        return errors
 
     def input_errors(self) -> list[str]:
         """Combinations of input parameters that cannot work (checked at activate)."""
@@ -257,9 +295,23 @@ def on_set(node, parameters):
     for name in (*mapper_changes, *node_changes):   # a refused start-up value is replaced by a good one
         node.refused_parameters.pop(name, None)
     if node.mapper is not None and mapper_changes:
-        applied = node.worker.submit(node.mapper.apply_live, settings)
-        if applied.done() and applied.exception() is not None:   # refused at once (a full queue)
-            return SetParametersResult(successful=False, reason=f"not applied: {applied.exception()}")
+        # Applied on the worker (between frames) and waited for as a service is: the answer says
+        # what happened there (not started within service_timeout_s: cancelled, nothing changed).
+        from lingbot_ros.ros.services import run_on_worker
+
+        mapper = node.mapper
+
+        def apply():
+            try:
+                mapper.apply_live(settings)
+            except Exception as error:   # validated above, so a bug: counted and logged with its traceback
+                node.safety.caught("live Mapper parameters", error)
+                raise
+
+        applied, why = run_on_worker(node, apply)
+        if not applied:
+            node.get_logger().error(f"parameters {sorted(mapper_changes)} not applied: {why}")
+            return SetParametersResult(successful=False, reason=f"not applied: {why}")
     if node.cfg is not None and node_changes:
         try:
             node.apply_live(node_settings)

@@ -15,7 +15,8 @@ from rclpy.duration import Duration
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
-from lingbot_ros.ros.input_checks import MAX_MOUNT_M, MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
+from lingbot_ros.mapping.settings import MAX_MOUNT_M
+from lingbot_ros.ros.input_checks import MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
 from lingbot_ros.ros.messages import TfUnavailable, header_stamp_ns, stamp_msg
 from lingbot_ros.ros.tap import Tap
 from lingbot_ros.ros.tf_lookup import TfLookup

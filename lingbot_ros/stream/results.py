@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..model.geometry import scale_intrinsic
@@ -25,6 +26,14 @@ class FrameResult:
     world_points: torch.Tensor    # [H, W, 3]
     image: torch.Tensor           # [3, H, W] model input in [0, 1]
     image_size: tuple[int, int]   # (W, H) of the model input
+
+    def host_extrinsic(self) -> tuple[np.ndarray, np.ndarray]:
+        """(extrinsic [3, 4], checks [3]) on the host in one device -> host copy: the checks are
+        max |intrinsic|, max |depth| and max |world point|, reduced where the tensors are (NaN
+        or inf where any value is not finite)."""
+        extremes = torch.stack([t.detach().abs().amax() for t in (self.intrinsic, self.depth, self.world_points)])
+        host = torch.cat([self.extrinsic.detach().reshape(-1), extremes.to(self.extrinsic.dtype)]).cpu().numpy()
+        return host[:12].reshape(3, 4), host[12:]
 
     def intrinsic_for(self, orig_w: int, orig_h: int, patch_size: int = 14) -> torch.Tensor:
         """K for the original image that the Preprocessor turned into this frame (undoes resize + crop).
