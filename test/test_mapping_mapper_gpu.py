@@ -4,7 +4,8 @@ A window switch resets the session, which keeps every buffer the graphs read: af
 window (captures, special-stream growth) no window captures again, and the live results equal
 the offline run's (same session kind: graphs, fused blocks, bf16). A run resumed from its map
 database on the GPU (the continuation's images and results copied off the device, re-run in a
-fresh session's graphs) goes on as one run with a new window at that frame.
+fresh session's graphs) goes on as one run with a new window at that frame. A NaN the graphs
+compute is found by the device-side finite check: a counted failure, nothing of it kept.
 """
 import dataclasses
 import importlib.util
@@ -13,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from lingbot_ros.mapping import factory
+from lingbot_ros.mapping import factory, read_ply, read_tum
 from lingbot_ros.mapping.mapper import Mapper
-from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.records import FAILED, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.mapping.windows import WindowedRun
 
@@ -92,3 +93,36 @@ def test_a_run_resumed_on_the_gpu_goes_on_as_a_new_window_would(tmp_path):
     resumed.close()
     assert [p.key for p in got] == [p.key for p in want] == list(range(len(frames)))
     np.testing.assert_allclose(got.poses(), want.poses(), atol=1e-3, rtol=1e-3)
+
+
+def test_a_nan_computed_in_the_graphs_is_a_counted_failure_and_nothing_of_it_is_kept(tmp_path):
+    settings = gpu_settings(long_run_policy="none")
+    mapper = Mapper(settings, factory.build(settings))
+    mapper.warm_up()
+    rng = np.random.default_rng(7)
+    frames = [InputFrame(rgb=np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)),
+                         stamp_ns=10**9 + i * 10**8) for i in range(12)]
+    for item in frames[:6]:
+        mapper.process(item)
+    points_before = len(mapper.map_points()[0])
+    # The depth head's last bias read in place by the captured graph: this frame's depth and
+    # world points are NaN on the device, as a numerical blow-up would make them.
+    bias = mapper.session.model.depth_head.scratch.output_conv2[2].bias
+    good = bias.detach().clone()
+    with torch.no_grad():
+        bias.fill_(float("nan"))
+    outcome = mapper.process(frames[6])
+    with torch.no_grad():
+        bias.copy_(good)
+    assert outcome.new == [] and [n.kind for n in outcome.notices] == [FAILED], outcome.notices
+    assert "non-finite depth, intrinsics or points" in outcome.notices[0].text
+    assert mapper.snapshot.failed == 1 and mapper.snapshot.trajectory_poses == 6
+    assert len(mapper.map_points()[0]) == points_before
+    for item in frames[7:]:
+        mapper.process(item)
+    mapper.finish()
+    saved = mapper.save(tmp_path)
+    assert saved.num_poses == 11 and mapper.snapshot.failed == 1
+    assert np.isfinite(read_ply(tmp_path / "map.ply")[0]).all()
+    trajectory = read_tum(tmp_path / "trajectory.tum")
+    assert np.isfinite(trajectory.poses()).all() and frames[6].stamp_ns not in trajectory.stamps_ns().tolist()
