@@ -77,6 +77,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", help="the node's device (cuda: random weights of --model-config)")
     parser.add_argument("--model-config", default=None, help="with --device cuda: a preset (default tiny)")
     parser.add_argument("--image-width", type=int, default=112)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="pairs of phases (without, with), alternating, so that drift shows")
     parser.add_argument("--flood", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.flood is not None:
@@ -146,9 +148,13 @@ def main(argv=None) -> int:
                   f"received {status.odometry_received}, refused {status.odometry_rejected}", flush=True)
             return processed
 
-        quiet = phase("without side inputs", False)
-        flooded = phase(f"with the flood ({args.side})", True)
-        print(f"frames processed with the flood: {100 * flooded / max(quiet, 1):.1f}% of without", flush=True)
+        quiet = flooded = 0
+        for _ in range(args.repeat):
+            pair = phase("without side inputs", False), phase(f"with the flood ({args.side})", True)
+            print(f"frames processed with the flood: {100 * pair[1] / max(pair[0], 1):.1f}% of without", flush=True)
+            quiet, flooded = quiet + pair[0], flooded + pair[1]
+        if args.repeat > 1:
+            print(f"all {args.repeat} pairs: {flooded} / {quiet} frames, {100 * flooded / max(quiet, 1):.1f}%", flush=True)
     finally:
         node_proc.send_signal(2)
         node_proc.wait(30)
