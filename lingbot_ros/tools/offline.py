@@ -89,7 +89,7 @@ def _main(argv) -> int:
     try:
         summary = run(args)
     except (OfflineError, SourceError, ConfigError, CheckpointError, SettingsError,
-            VoxelRangeError) as err:
+            VoxelRangeError, OSError) as err:   # OSError: an output file not written (the previous ones stay)
         hint = factory.failure_hint(err, settings_from_args(args)) if isinstance(err, CheckpointError) else ""
         print(f"lingbot-ros-offline: error: {err}{hint}", file=sys.stderr)
         return 1
@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> str:
     mapper = Mapper(settings, bundle)
     try:
         if settings.warmup:
+            print(f"lingbot-ros-offline: warming up at {settings.warmup_image_size}", file=sys.stderr, flush=True)
             mapper.warm_up()
         summary = _process(args, settings, bundle, mapper, source, total, undecodable)
     finally:
