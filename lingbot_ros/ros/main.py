@@ -113,5 +113,11 @@ def shut_down_executor(executor: MultiThreadedExecutor, spin_thread: threading.T
             task.cancel()
             continue
         error = task.exception()
-        if error is not None:
+        if isinstance(error, InvalidHandle):   # the executor's own guard, destroyed by its shutdown
+            logger.debug(f"a callback met an entity destroyed by the shutdown: {error}")
+        elif error is not None:
             logger.warning(f"a callback ended during the shutdown with {type(error).__name__}: {error}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -116,16 +116,22 @@ def run(args: argparse.Namespace) -> str:
     if total is None:
         raise OfflineError(f"{source.description} has no end; pass --max-frames")
 
-    bundle = factory.build(settings)
-    if bundle.random_weights:
-        print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
-              "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
-              "map.\n" + "!" * 78 + "\n", file=sys.stderr)
-    mapper = Mapper(settings, bundle)
+    mapper = None
     try:
+        bundle = factory.build(settings)
+        if bundle.random_weights:
+            print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
+                  "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
+                  "map.\n" + "!" * 78 + "\n", file=sys.stderr)
+        mapper = Mapper(settings, bundle)
         if settings.warmup:
             print(f"lingbot-ros-offline: warming up at {settings.warmup_image_size}", file=sys.stderr, flush=True)
             mapper.warm_up()
+    except KeyboardInterrupt:   # a signal while the model loads or warms up
+        if mapper is not None:
+            mapper.close()
+        raise KeyboardInterrupt("before the first frame: nothing was written") from None
+    try:
         summary = _process(args, settings, bundle, mapper, source, total, undecodable)
     finally:
         mapper.close()   # the run's end in the map database, and the map builder's thread
