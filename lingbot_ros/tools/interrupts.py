@@ -47,10 +47,11 @@ def deferred():
 
 
 def run(main, argv=None, prog: str = "") -> int:
-    """``main(argv)`` with the handlers installed; a signal that ends it is exit 0."""
+    """``main(argv)`` with the handlers installed; a signal that ends it is exit 0. Where none came,
+    the previous handlers are put back when it returns (a caller in the same process, a test);
+    after one, signals stay ignored while the process ends."""
     _state["received"] = None
-    for each in _SIGNALS:
-        signal.signal(each, _stop)
+    previous = {each: signal.signal(each, _stop) for each in _SIGNALS}
     try:
         return main(argv)
     except KeyboardInterrupt as stop:   # its text, if any, says what the stop left
@@ -58,3 +59,7 @@ def run(main, argv=None, prog: str = "") -> int:
             why = f": {stop}" if stop.args else ""
             print(f"{prog}: stopped by {requested() or 'SIGINT'}{why}", file=sys.stderr, flush=True)
         return 0
+    finally:
+        if requested() is None:
+            for each, handler in previous.items():
+                signal.signal(each, handler)
