@@ -139,6 +139,7 @@ def _main(argv) -> int:
     spin = threading.Thread(target=executor.spin, daemon=True)
     spin.start()
     stop = threading.Event()
+    camera = None
     code = 0
     try:
         print(f"lingbot-ros-demo: source {source.description} ({found_by}), model "
@@ -174,6 +175,8 @@ def _main(argv) -> int:
                                         source.description) or code
     finally:
         stop.set()
+        if camera is not None:   # it publishes through client_node: done before that is destroyed
+            camera.join(5)
         node.release()
         shut_down_executor(executor, spin, node.get_logger())   # before the nodes it waits on go
         node.destroy_node()
