@@ -37,9 +37,6 @@ class StagedFiles:
         else:
             self.discard()
 
-    def __len__(self) -> int:
-        return len(self._staged)
-
     def add(self, path: str | Path, data: bytes) -> Path:
         """Stage ``data`` for ``path`` (its directory must exist). Raises OSError, staging nothing
         for it, when the target is a directory or another non-regular file or the write fails;
