@@ -9,9 +9,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lingbot_ros.mapping.preview import BACKGROUND, PATH_COLOUR, PreviewError, height_colours, write_preview
+from lingbot_ros.mapping.preview import BACKGROUND, PATH_COLOUR, PreviewError, height_colours, preview_png
+from lingbot_ros.mapping.staged_files import write_files
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def write_preview(path: Path, *args, **kwargs) -> Path:
+    """The preview written as every tool writes it."""
+    return write_files({path: preview_png(*args, **kwargs)})[0]
 
 
 def _pixels(path: Path) -> np.ndarray:

@@ -10,6 +10,7 @@ import torch
 from lingbot_ros.mapping import depth_to_points, read_ply, read_tum
 from lingbot_ros.mapping.frames import Placement
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
+from lingbot_ros.mapping.staged_files import StagedFiles
 from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
 from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
 from lingbot_ros.tools.offline import FrameWriter, main
@@ -33,10 +34,13 @@ def fake_output(index, is_keyframe, height=4, width=6, depth_m=2.0, stamp_s=0.0)
 
 @pytest.mark.parametrize("depth_format", ["png16", "npy"])
 def test_frame_writer_files(tmp_path, depth_format):
-    writer = FrameWriter(tmp_path, depth_format)
+    staged = StagedFiles()
+    writer = FrameWriter(tmp_path, depth_format, staged)
     writer.add([fake_output(i, is_keyframe=i != 1, stamp_s=100.0 + 0.5 * i) for i in (0, 2)])
     writer.add([fake_output(1, is_keyframe=False, stamp_s=100.5)])     # finalised later: rows sort
     table = writer.close()
+    assert not table.exists() and not any(p.suffix != ".tmp" for p in (tmp_path / "depth").iterdir())
+    staged.commit()   # only now do the files appear, all together
     assert writer.num_frames == 3 and writer.num_keyframes == 2
     if depth_format == "png16":
         depth = cv2.imread(str(tmp_path / "depth" / "000001.png"), cv2.IMREAD_UNCHANGED)

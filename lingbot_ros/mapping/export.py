@@ -1,20 +1,18 @@
 """File export: coloured point clouds as PLY, trajectories in the TUM RGB-D format.
 
-Every file is written safely (``write_files``): to a temporary file in the target's directory,
-flushed to disk, then renamed over the target. A reader never sees a partial file; a failed save
-leaves the previous files as they were (all contents are staged before the first rename, and a
-target that is not a regular file is refused before anything is written); a symlink at a target
+Every file is written through ``staged_files.StagedFiles``: to a temporary file in the target's
+directory, fsynced, then renamed over the target, all files of a save or none. A reader never
+sees a partial file; a failed save leaves the previous files as they were; a symlink at a target
 is replaced, never followed.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from .preview import preview_png
+from .staged_files import StagedFiles, write_files
 from .stamps import ns_from_text, seconds_text
 from .trajectory import Trajectory, quaternion_to_rotation, rotation_to_quaternion
 
@@ -32,40 +30,6 @@ _PLY_HEADER = ("ply\n"
 
 class PlyFormatError(ValueError):
     """A PLY file is not in the layout that :func:`write_ply` produces."""
-
-
-def write_files(files: dict) -> None:
-    """{path: bytes}: each written to a temporary file in its directory, fsynced, and only once
-    all are staged, renamed over its target. Raises OSError (nothing replaced) when a target is
-    a directory or another non-regular file, or when staging fails."""
-    for path in files:
-        path = Path(path)
-        if path.exists() and not path.is_symlink() and not path.is_file():
-            raise IsADirectoryError(f"{path} exists and is not a regular file: nothing was written")
-    staged = []
-    try:
-        for path, data in files.items():
-            path = Path(path)
-            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            staged.append((temporary, path))
-            with os.fdopen(handle, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(temporary, 0o644)
-    except BaseException:
-        for temporary, _ in staged:
-            Path(temporary).unlink(missing_ok=True)
-        raise
-    for temporary, path in staged:
-        os.replace(temporary, path)   # replaces a symlink itself, not its target
-    directories = {path.parent for _, path in staged}
-    for directory in directories:   # the renames survive a power loss too
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def ply_bytes(xyz: np.ndarray, rgb: np.ndarray) -> bytes:
@@ -182,10 +146,11 @@ def windows_bytes(records) -> bytes:
 
 
 def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectory: Trajectory,
-                    windows=None, units: str = "m") -> tuple[Path, Path]:
+                    windows=None, units: str = "m", staged: StagedFiles | None = None) -> tuple[Path, Path]:
     """A saved map's files in ``directory`` (``Mapper.save`` and ``lingbot-ros-map export`` write
-    the same), all or nothing (``write_files``): map.ply, trajectory.tum, preview.png (axes in
-    ``units``) and, for a windowed run (``windows`` not None), windows.csv. Returns the PLY's and
+    the same), all or nothing: map.ply, trajectory.tum, preview.png (axes in ``units``) and, for a
+    windowed run (``windows`` not None), windows.csv. With ``staged`` they are added to it for the
+    caller to commit with its own files; without, they are committed here. Returns the PLY's and
     the TUM file's paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -194,5 +159,9 @@ def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, tra
              directory / "preview.png": preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
     if windows is not None:
         files[directory / "windows.csv"] = windows_bytes(windows)
-    write_files(files)
+    if staged is None:
+        write_files(files)
+    else:
+        for path, data in files.items():
+            staged.add(path, data)
     return ply, tum

@@ -4,6 +4,9 @@ The stored map is replayed from its checkpoint and inserts into a VoxelMap of th
 pitch and bound, and the conversion into ``map`` is the run's last (its metric scale, camera mount
 and origins) as a frames.MapConversion, the one conversion the Mapper uses; so a run that ended
 cleanly exports byte for byte what a save at its end wrote.
+
+A run stored by an older version may lack a setting added since (``camera_mount``, say): the
+setting's default stands in (``setting``) and ``defaulted`` names those, for the tools to say so.
 """
 from __future__ import annotations
 
@@ -18,9 +21,25 @@ from .map_database import RunInfo, blob_array, blob_arrays
 from .frames import MapConversion, rigid_inverse
 from .metric_scale import MetricScale
 from .robot import parse_mount
+from .settings import MapperSettings
 from .similarity import Similarity
 from .trajectory import Trajectory
 from .voxel_map import VoxelMap, VoxelRangeError
+
+
+# The stored settings read back here, each with the default a run that lacks it is read with.
+_READ = ("camera_mount", "map_voxel_size_m", "max_map_points", "max_trajectory_poses", "long_run_policy")
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(MapperSettings) if field.name in _READ}
+
+
+def setting(info: RunInfo, name: str):
+    """A stored setting of the run, or its default where the run did not store it."""
+    return info.settings.get(name, _DEFAULTS[name])
+
+
+def defaulted(info: RunInfo) -> list[str]:
+    """The settings read back that the run did not store (their defaults are used)."""
+    return [name for name in _READ if name not in info.settings]
 
 
 @dataclasses.dataclass
@@ -35,7 +54,7 @@ class StoredRun:
 
 def conversion(info: RunInfo) -> MapConversion:
     """The run's last conversion into map."""
-    mount = info.mount if info.mount is not None else parse_mount(info.settings["camera_mount"])
+    mount = info.mount if info.mount is not None else parse_mount(setting(info, "camera_mount"))
     origins = info.origins if info.origins is not None else np.zeros(6)
     metric = MetricScale(info.scale_known, float(info.scale), 0.0, 0, "")
     return MapConversion(metric, rigid_inverse(mount), origins[:3].copy(), origins[3:].copy())
@@ -69,8 +88,8 @@ def replay_voxel_map(conn: sqlite3.Connection, run: int, voxel_size: float, max_
 
 def replay_map(conn: sqlite3.Connection, info: RunInfo) -> tuple[np.ndarray, np.ndarray]:
     """The run's map (internal frame), provisional points included as ``Mapper.map_points`` does."""
-    voxel_map, provisional = replay_voxel_map(conn, info.id, info.settings["map_voxel_size_m"],
-                                              info.settings["max_map_points"])
+    voxel_map, provisional = replay_voxel_map(conn, info.id, setting(info, "map_voxel_size_m"),
+                                              setting(info, "max_map_points"))
     if provisional:
         voxel_map = voxel_map.copy()
         for points in provisional:
@@ -98,8 +117,8 @@ def load_run(conn: sqlite3.Connection, info: RunInfo) -> StoredRun:
     frames = conversion(info)
     xyz, rgb = replay_map(conn, info)
     xyz = frames.points(xyz)
-    max_poses = info.settings["max_trajectory_poses"]
-    finished = load_finished(conn, info.id, info.settings["max_map_points"], max_poses)
+    max_poses = setting(info, "max_trajectory_poses")
+    finished = load_finished(conn, info.id, setting(info, "max_map_points"), max_poses)
     entries, positions = [], []
     if finished is not None and len(finished[0]):   # as MapStore.points and .trajectory combine the two parts
         combined = finished[0].copy()
@@ -119,7 +138,7 @@ def load_run(conn: sqlite3.Connection, info: RunInfo) -> StoredRun:
         trajectory.append(stamp_ns, pose, key=key)
     positions = positions[-max_poses:]
     windows = None
-    if info.settings["long_run_policy"] == "windowed":
+    if setting(info, "long_run_policy") == "windowed":
         windows = []
         for window, first, scale, rotation, translation, error in conn.execute(
                 "SELECT window, first_index, scale, rotation, translation, overlap_error FROM windows "

@@ -65,6 +65,7 @@ from .robot import RobotFrames, StreamFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
+from .staged_files import StagedFiles
 from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
@@ -440,12 +441,15 @@ class Mapper:
         windows = self._stream.windows
         return self._records + (windows.records if windows is not None else [])
 
-    def save(self, directory: str | Path) -> SavedMap:
+    def save(self, directory: str | Path, staged: StagedFiles | None = None) -> SavedMap:
+        """The map's files in ``directory``, all or none; with ``staged`` only staged there, for
+        the caller to commit with its own files (export.write_map_files)."""
         xyz, rgb = self.map_points()
         trajectory = self.saved_trajectory()
         ply, tum = write_map_files(directory, xyz, rgb, trajectory,
                                    self.window_records() if self._stream.windows is not None else None,
-                                   units="m" if self._stream.frames.conversion.metric.known else "model units")
+                                   units="m" if self._stream.frames.conversion.metric.known else "model units",
+                                   staged=staged)
         self._publish_snapshot()
         return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -41,26 +38,9 @@ def height_colours(heights: np.ndarray, low: float, high: float) -> np.ndarray:
     return np.round(_RAMP[lower] * (1 - frac) + _RAMP[lower + 1] * frac).astype(np.uint8)
 
 
-def write_preview(path: str | Path, points: np.ndarray, trajectory: np.ndarray, units: str = "m",
-                  colours: np.ndarray | None = None, title: str = "") -> Path:
-    """``preview_png`` written atomically (a temporary file in the target directory, then
-    renamed). Returns the path."""
-    data = preview_png(points, trajectory, units, colours, title)
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def preview_png(points: np.ndarray, trajectory: np.ndarray, units: str = "m",
                 colours: np.ndarray | None = None, title: str = "") -> bytes:
-    """The picture as PNG bytes.
+    """The picture as PNG bytes (written through staged_files, as every file).
 
     ``points`` ``[N, 3]`` map points (x, y, z); ``trajectory`` ``[M, 3]`` positions, oldest
     first; ``units`` labels the axes ("m", or "model units" while the scale is unknown);

@@ -1,7 +1,6 @@
 """lingbot-ros-node: run map_node until SIGINT or SIGTERM (the executable launch_ros starts)."""
 from __future__ import annotations
 
-import signal
 import sys
 import textwrap
 import threading
@@ -13,6 +12,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 
 from lingbot_ros.ros.node import MapNode
+from lingbot_ros.tools import interrupts
 
 USAGE = """usage: lingbot-ros-node [-h] [--ros-args -p NAME:=VALUE ... --params-file FILE -r FROM:=TO ...]
 
@@ -49,18 +49,13 @@ def main(args=None) -> int:
     if "-h" in own or "--help" in own:
         print(help_text(), end="")
         return 0
-    stop = threading.Event()
-    starting = [True]
+    # The handlers are installed before anything ROS starts: rclpy's own would shut the context
+    # down under the worker's feet (it then published into a dead context: a traceback at every
+    # Ctrl-C). A signal during the start-up (loading, warming up) interrupts it.
+    return interrupts.run(_run, args, "lingbot-ros-node")
 
-    def on_signal(signum, frame):
-        stop.set()
-        if starting[0]:   # interrupt a start-up that is still loading or warming up
-            raise KeyboardInterrupt
 
-    # Installed before anything ROS starts: rclpy's own handler would shut the context down under
-    # the worker's feet (it then published into a dead context: a traceback at every Ctrl-C).
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+def _run(args) -> int:
     node = executor = None
     code = 0
     try:
@@ -75,30 +70,53 @@ def main(args=None) -> int:
             elif node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
                 node.get_logger().fatal("autostart: activate failed (see above); exiting")
                 code = 1
-        starting[0] = False
-        while code == 0 and not stop.is_set():
-            try:
-                executor.spin_once(timeout_sec=0.1)
-            except InvalidHandle as error:
-                # spin_once re-raises a callback's exception. This one means a transition destroyed
-                # an entity that callback was using (a service answering as cleanup removes it):
-                # the callback's work is moot, the node is fine.
-                node.get_logger().debug(f"a callback met an entity destroyed by a transition: {error}")
-            except Exception as error:   # a callback outside the safety net's guards (rclpy's own)
-                node.safety.caught("executor", error)
-    except (KeyboardInterrupt, ExternalShutdownException):
+        with interrupts.deferred():   # from here a signal ends the loop below, between callbacks
+            while code == 0 and not interrupts.requested():
+                try:
+                    executor.spin_once(timeout_sec=0.1)
+                except InvalidHandle as error:
+                    # spin_once re-raises a callback's exception. This one means a transition destroyed
+                    # an entity that callback was using (a service answering as cleanup removes it):
+                    # the callback's work is moot, the node is fine.
+                    node.get_logger().debug(f"a callback met an entity destroyed by a transition: {error}")
+                except Exception as error:   # a callback outside the safety net's guards (rclpy's own)
+                    node.safety.caught("executor", error)
+            if interrupts.requested():
+                node.get_logger().info(f"{interrupts.requested()}: shutting down")
+    except ExternalShutdownException:
         pass
     finally:
-        starting[0] = False
         if node is not None and node.worker is not None:
             node.worker.inbox.close()   # an image callback waiting for queue space returns
         if executor is not None:
-            executor.shutdown(timeout_sec=5.0)   # waits for the callbacks still running
+            shut_down_executor(executor, None, node.get_logger())
         if node is not None:
             node.release()   # the worker stops while the context is valid for its last publish
             node.destroy_node()
         rclpy.try_shutdown()
     return code
+
+
+def shut_down_executor(executor: MultiThreadedExecutor, spin_thread: threading.Thread | None, logger) -> None:
+    """Stop ``executor`` before its nodes are destroyed: wait for the callbacks still running (its
+    thread pool), join the thread spinning it, if any, and settle the callbacks' tasks that ended
+    after the last spin_once collected them. An exception of theirs is retrieved and logged in one
+    line (rclpy's Task prints "The following exception was never retrieved" when it is garbage
+    collected otherwise; during the shutdown it is an entity or the context going away under a
+    callback, not a bug to trace); one that had not ended is cancelled. rclpy keeps them in
+    ``_futures``, with no public way to them."""
+    executor.shutdown(timeout_sec=5.0)
+    if spin_thread is not None:
+        spin_thread.join(5.0)
+    for task in list(getattr(executor, "_futures", ())):
+        if not task.done():
+            task.cancel()
+            continue
+        error = task.exception()
+        if isinstance(error, InvalidHandle):   # the executor's own guard, destroyed by its shutdown
+            logger.debug(f"a callback met an entity destroyed by the shutdown: {error}")
+        elif error is not None:
+            logger.warning(f"a callback ended during the shutdown with {type(error).__name__}: {error}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ With --check, compares them against REF_DIR/expected.npz with the spec-18 tolera
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import sys
@@ -21,9 +22,11 @@ import torch
 
 from ..mapping import factory
 from ..mapping.settings import MapperSettings
+from ..mapping.staged_files import write_files
 from ..mapping.windows import WindowedRun, WindowError, WindowRule
 from ..model import CheckpointError, ConfigError
 from ..stream import SettingsError, StreamingSession
+from . import interrupts
 
 log = logging.getLogger("lingbot_ros.fixture")
 
@@ -177,6 +180,10 @@ def _drop_batch(x, other_shape):
 
 
 def main(argv=None) -> int:
+    return interrupts.run(_main, argv, "lingbot-ros-fixture")
+
+
+def _main(argv) -> int:
     parser = argparse.ArgumentParser(prog="lingbot-ros-fixture", description=__doc__.split("\n\n")[0])
     parser.add_argument("ref_dir", help="reference directory: config.json, ckpt.pt, frames.npy")
     parser.add_argument("out", help="output .npz path")
@@ -193,7 +200,9 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, **outputs)
+    archive = io.BytesIO()
+    np.savez(archive, **outputs)
+    write_files({out: archive.getvalue()})
     print(f"wrote {out} ({', '.join(f'{k} {list(v.shape)}' for k, v in outputs.items())})")
     if not args.check:
         return 0

@@ -1,26 +1,65 @@
-"""Ctrl-C and SIGTERM for the command-line tools: a clean stop with exit 0, in every phase.
+"""Ctrl-C and SIGTERM for the command-line tools and the node: a clean stop with exit 0, in every
+phase. Every entry point calls ``run``.
 
 rclpy's own handlers shut the context down under the tools' feet (a spinning thread then dies
 with a traceback, and a --wait-for-node player waited for a status that could no longer come).
-``run(main, argv)`` installs handlers that raise KeyboardInterrupt once in the main thread
-(later signals are ignored, so the clean-up is not interrupted) and turns it into exit 0. The
-tool calls ``rclpy.init(..., signal_handler_options=SignalHandlerOptions.NO)``.
+``run(main, argv, prog)`` installs handlers that raise KeyboardInterrupt once in the main thread
+and turns it into exit 0, with one line on stderr naming the signal (and what the stop left, where
+the tool raised KeyboardInterrupt with a text). The first signal is the
+only one: later ones are ignored, so the clean-up (a save, a shutdown) is not interrupted. A tool
+that uses rclpy calls ``rclpy.init(..., signal_handler_options=SignalHandlerOptions.NO)``.
+
+Work that must not be cut in the middle (a frame inside the model, whose results the tool then
+saves) runs inside ``deferred()``: there a signal is only recorded, and the work asks
+``requested()`` between its steps and stops at a consistent point.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_state = {"received": None, "deferring": 0}
 
 
 def _stop(signum, frame):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    for each in _SIGNALS:
+        signal.signal(each, signal.SIG_IGN)
+    _state["received"] = signal.Signals(signum).name
+    if not _state["deferring"]:
+        raise KeyboardInterrupt
 
 
-def run(main, argv=None) -> int:
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
+def requested() -> str | None:
+    """The signal's name (SIGINT, SIGTERM) once one came, else None."""
+    return _state["received"]
+
+
+@contextlib.contextmanager
+def deferred():
+    """Inside, a signal is recorded for ``requested()`` instead of raised (see the module)."""
+    _state["deferring"] += 1
+    try:
+        yield
+    finally:
+        _state["deferring"] -= 1
+
+
+def run(main, argv=None, prog: str = "") -> int:
+    """``main(argv)`` with the handlers installed; a signal that ends it is exit 0. Where none came,
+    the previous handlers are put back when it returns (a caller in the same process, a test);
+    after one, signals stay ignored while the process ends."""
+    _state["received"] = None
+    previous = {each: signal.signal(each, _stop) for each in _SIGNALS}
     try:
         return main(argv)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:   # its text, if any, says what the stop left
+        if prog:
+            why = f": {stop}" if stop.args else ""
+            print(f"{prog}: stopped by {requested() or 'SIGINT'}{why}", file=sys.stderr, flush=True)
         return 0
+    finally:
+        if requested() is None:
+            for each, handler in previous.items():
+                signal.signal(each, handler)

@@ -6,6 +6,8 @@
     lingbot-ros-map preview DB OUT.png [--run N]   top-down picture, coloured by height, trajectory over it
 
 The run is the newest unless --run. The file is opened read-only: this works while a node writes it.
+A run stored by an older version that lacks a setting added since is read with that setting's
+default, and the output says which. Files are written all or none (mapping/staged_files.py).
 """
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from pathlib import Path
 
 from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.export import write_map_files
-from lingbot_ros.mapping.map_readback import load_run
+from lingbot_ros.mapping.map_readback import defaulted, load_run
 from lingbot_ros.mapping.map_writer import stored_bytes
-from lingbot_ros.mapping.preview import write_preview
+from lingbot_ros.mapping.preview import preview_png
+from lingbot_ros.mapping.staged_files import write_files
+from lingbot_ros.tools import interrupts
 
 
 class MapToolError(Exception):
@@ -45,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return interrupts.run(_main, argv, "lingbot-ros-map")
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         print(COMMANDS[args.command](args))
@@ -72,6 +80,12 @@ def _run(conn: sqlite3.Connection, wanted: int | None) -> mdb.RunInfo:
     raise MapToolError(f"no run {wanted} (runs: {', '.join(str(r.id) for r in runs)})")
 
 
+def _defaults_note(run: mdb.RunInfo) -> str:
+    missing = defaulted(run)
+    return (f"; stored settings lack {', '.join(missing)} (an older version wrote the run): read with "
+            "the default" + ("s" if len(missing) > 1 else "")) if missing else ""
+
+
 def _ending(run: mdb.RunInfo, writer_alive: bool, newest: bool) -> str:
     if run.ending == mdb.RUNNING:
         return "running" if writer_alive and newest else "crashed (no end recorded yet)"
@@ -95,7 +109,7 @@ def info(args) -> str:
         lines.append(f"run {run.id}: {_ending(run, alive, run is runs[-1])}; started {_time(run.started_ns)}, "
                      f"last commit {_time(run.last_commit_ns)}, ended {_time(run.ended_ns)}; {run.frames} frames "
                      f"({run.keyframes} keyframes), {run.windows} windows, {run.map_inserts} map inserts; "
-                     f"scale {scale}; {run.model}")
+                     f"scale {scale}; {run.model}{_defaults_note(run)}")
     return "\n".join(lines)
 
 
@@ -105,17 +119,19 @@ def export(args) -> str:
     ply, tum = write_map_files(args.directory, stored.xyz, stored.rgb, stored.trajectory, stored.windows)
     return (f"run {stored.info.id} ({stored.info.ending}): wrote {len(stored.xyz)} points to {ply} and "
             f"{len(stored.trajectory)} poses to {tum}" + ("" if stored.windows is None else
-                                                          f", {len(stored.windows)} windows"))
+                                                          f", {len(stored.windows)} windows")
+            + _defaults_note(stored.info))
 
 
 def preview(args) -> str:
     conn = _open(args.database)
     stored = load_run(conn, _run(conn, args.run))
     units = "m" if stored.info.scale_known else "model units"
-    write_preview(args.output, stored.xyz, stored.camera_positions, units,
-                  title=f"run {stored.info.id}: {len(stored.trajectory)} frames, {len(stored.xyz)} points; "
-                        "top-down, coloured by height")
-    return f"run {stored.info.id}: wrote {args.output}"
+    write_files({args.output: preview_png(
+        stored.xyz, stored.camera_positions, units,
+        title=f"run {stored.info.id}: {len(stored.trajectory)} frames, {len(stored.xyz)} points; "
+              "top-down, coloured by height")})
+    return f"run {stored.info.id}: wrote {args.output}{_defaults_note(stored.info)}"
 
 
 COMMANDS = {"info": info, "export": export, "preview": preview}

@@ -3,12 +3,18 @@
 The same pipeline as the node (mapping.Mapper: stamps, keyframe and long-run policies, the map
 frame, the bounded map), fed from a folder, video, bag, camera or synthetic source. Writes the
 trajectory and map the node's ~/save_map writes, plus per-frame depth maps and a frame table.
+
+Every output file is staged and committed at the end, all together (mapping/staged_files.py): a
+run that fails keeps the previous run's files. Ctrl-C or SIGTERM while the model loads or warms
+up writes nothing; while frames are processed, the frame in the model is finished, then what was
+processed so far is saved the same way and the summary says how many frames (tools/interrupts.py).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import csv
+import io
 import sys
 import time
 from pathlib import Path
@@ -21,10 +27,11 @@ from lingbot_ros.mapping import factory, to_numpy
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.settings import SettingsError
+from lingbot_ros.mapping.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
 from lingbot_ros.mapping.voxel_map import VoxelRangeError
 from lingbot_ros.model import CheckpointError, ConfigError
-from lingbot_ros.tools import progress
+from lingbot_ros.tools import interrupts, progress
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 
 DEPTH_PNG_MAX_M = 65.535  # uint16 millimetres
@@ -70,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return interrupts.run(_main, argv, "lingbot-ros-offline")
+
+
+def _main(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.checkpoint and not args.random_weights:
@@ -78,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(args)
     except (OfflineError, SourceError, ConfigError, CheckpointError, SettingsError,
-            VoxelRangeError) as err:
+            VoxelRangeError, OSError) as err:   # OSError: an output file not written (the previous ones stay)
         hint = factory.failure_hint(err, settings_from_args(args)) if isinstance(err, CheckpointError) else ""
         print(f"lingbot-ros-offline: error: {err}{hint}", file=sys.stderr)
         return 1
@@ -105,51 +116,73 @@ def run(args: argparse.Namespace) -> str:
     if total is None:
         raise OfflineError(f"{source.description} has no end; pass --max-frames")
 
-    bundle = factory.build(settings)
-    if bundle.random_weights:
-        print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
-              "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
-              "map.\n" + "!" * 78 + "\n", file=sys.stderr)
-    mapper = Mapper(settings, bundle)
-    if settings.warmup:
-        mapper.warm_up()
-    writer = FrameWriter(args.output, args.depth_format)
-    progress = Progress(total)
-    seen = 0
-    with contextlib.closing(iter(source)) as frames:
-        for frame in frames:
-            if seen == total:
-                break
-            seen += 1
-            outcome = mapper.process(InputFrame(rgb=frame.rgb, stamp_ns=frame.stamp_ns))
-            report(outcome.notices)
-            writer.add(outcome.final)
-            progress.update(seen, have_results=writer.num_frames > 0)
-    if seen == 0 and undecodable:
-        raise OfflineError(f"no frame of the input decoded ({len(undecodable)} tried); the first: {undecodable[0]}")
-    outcome = mapper.finish()
-    report(outcome.notices)
-    writer.add(outcome.final)
-    progress.finish()
-    snapshot = mapper.snapshot
-    if writer.num_frames != seen - snapshot.rejected - snapshot.failed:
-        raise OfflineError(f"the input ended after {seen} frames ({snapshot.rejected} rejected, "
-                           f"{snapshot.failed} failed) but {writer.num_frames} results came back")
-    saved = mapper.save(args.output)
-    mapper.close()
-    database = mapper.recorder.text   # read after close: how the run ended in the file
-    table = writer.close()
+    mapper = None
+    try:
+        bundle = factory.build(settings)
+        if bundle.random_weights:
+            print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
+                  "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
+                  "map.\n" + "!" * 78 + "\n", file=sys.stderr)
+        mapper = Mapper(settings, bundle)
+        if settings.warmup:
+            print(f"lingbot-ros-offline: warming up at {settings.warmup_image_size}", file=sys.stderr, flush=True)
+            mapper.warm_up()
+    except KeyboardInterrupt:   # a signal while the model loads or warms up
+        if mapper is not None:
+            mapper.close()
+        raise KeyboardInterrupt("before the first frame: nothing was written") from None
+    try:
+        summary = _process(args, settings, bundle, mapper, source, total, undecodable)
+    finally:
+        mapper.close()   # the run's end in the map database, and the map builder's thread
+    return f"{summary}\nmap database: {mapper.recorder.text}"   # read after close: how the run ended
+
+
+def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecodable: list) -> str:
+    """Every frame through the mapper (up to a signal), then all files staged and committed."""
+    # A signal is only recorded from here on: the loop stops between frames, the save completes.
+    with interrupts.deferred(), StagedFiles() as staged:
+        writer = FrameWriter(args.output, args.depth_format, staged)
+        progress = Progress(total)
+        seen = 0
+        with contextlib.closing(iter(source)) as frames:
+            for frame in frames:
+                if seen == total or interrupts.requested():
+                    break
+                seen += 1
+                outcome = mapper.process(InputFrame(rgb=frame.rgb, stamp_ns=frame.stamp_ns))
+                report(outcome.notices)
+                writer.add(outcome.final)
+                progress.update(seen, have_results=writer.num_frames > 0)
+        stopped = interrupts.requested()
+        if stopped and seen == 0:
+            raise KeyboardInterrupt("before the first frame: nothing was written")   # the previous files stay
+        if stopped:
+            print(f"\nlingbot-ros-offline: stopped by {stopped} after {seen} frames: saving what was "
+                  "processed (a second signal is ignored)", file=sys.stderr, flush=True)
+        if seen == 0 and undecodable:
+            raise OfflineError(f"no frame of the input decoded ({len(undecodable)} tried); the first: {undecodable[0]}")
+        outcome = mapper.finish()
+        report(outcome.notices)
+        writer.add(outcome.final)
+        progress.finish()
+        snapshot = mapper.snapshot
+        if writer.num_frames != seen - snapshot.rejected - snapshot.failed:
+            raise OfflineError(f"the input ended after {seen} frames ({snapshot.rejected} rejected, "
+                               f"{snapshot.failed} failed) but {writer.num_frames} results came back")
+        saved = mapper.save(args.output, staged)
+        table = writer.close()
     fps = seen / max(progress.elapsed_s, 1e-9)
     steady = progress.steady_fps(seen)
     steady_text = f" ({steady:.2f} FPS after the first results)" if steady is not None else ""
     skipped = f"; {len(undecodable)} did not decode and were skipped" if undecodable else ""
-    return (f"frames: {writer.num_frames} ({writer.num_keyframes} keyframes) from {source.description}"
+    stop_text = f"stopped by {stopped}: saved the {writer.num_frames} frames processed so far\n" if stopped else ""
+    return (f"{stop_text}frames: {writer.num_frames} ({writer.num_keyframes} keyframes) from {source.description}"
             f"{skipped}\n"
             f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {bundle.device}{steady_text}\n"
             f"map: {saved.num_points} points (voxel {settings.map_voxel_size_m:g})\n"
             f"outputs: {saved.tum_path}, {table}, {writer.depth_dir}/, {saved.ply_path}, "
-            f"{Path(saved.ply_path).parent / 'preview.png'}\n"
-            f"map database: {database}")
+            f"{Path(saved.ply_path).parent / 'preview.png'}")
 
 
 def report(notices) -> None:
@@ -158,13 +191,14 @@ def report(notices) -> None:
 
 
 class FrameWriter:
-    """Per-frame files of final outputs: depth maps and the frame table."""
+    """Per-frame files of final outputs, staged in ``staged``: depth maps and the frame table."""
 
-    def __init__(self, output_dir: Path, depth_format: str):
+    def __init__(self, output_dir: Path, depth_format: str, staged: StagedFiles):
         self.output_dir = output_dir
         self.depth_dir = output_dir / "depth"
         self.depth_dir.mkdir(parents=True, exist_ok=True)
         self.depth_format = depth_format
+        self.staged = staged
         self.rows: list[tuple] = []
         self.num_frames = self.num_keyframes = 0
 
@@ -180,20 +214,27 @@ class FrameWriter:
     def _write_depth(self, index: int, depth: np.ndarray) -> str:
         if self.depth_format == "npy":
             path = self.depth_dir / f"{index:06d}.npy"
-            np.save(path, depth)
+            buffer = io.BytesIO()
+            np.save(buffer, depth)
+            data = buffer.getvalue()
         else:
             path = self.depth_dir / f"{index:06d}.png"
             millimetres = np.round(np.clip(depth, 0.0, DEPTH_PNG_MAX_M) * 1000.0)
-            if not cv2.imwrite(str(path), millimetres.astype(np.uint16)):
-                raise OfflineError(f"could not write {path}")
+            encoded, png = cv2.imencode(".png", millimetres.astype(np.uint16))
+            if not encoded:
+                raise OfflineError(f"could not encode {path}")
+            data = png.tobytes()
+        self.staged.add(path, data)
         return str(path.relative_to(self.output_dir))
 
     def close(self) -> Path:
+        """Stage the frame table; returns its path."""
+        text = io.StringIO(newline="")
+        table = csv.writer(text)
+        table.writerow(("index", "stamp_s", "is_keyframe", "fx", "fy", "cx", "cy", "depth"))
+        table.writerows(sorted(self.rows))
         path = self.output_dir / "frames.csv"
-        with open(path, "w", newline="") as f:
-            table = csv.writer(f)
-            table.writerow(("index", "stamp_s", "is_keyframe", "fx", "fy", "cx", "cy", "depth"))
-            table.writerows(sorted(self.rows))
+        self.staged.add(path, text.getvalue().encode("utf-8"))
         return path
 
 

@@ -19,10 +19,15 @@ import time
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.tools import interrupts
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 
 
 def main(argv=None) -> int:
+    return interrupts.run(_main, argv, "lingbot-ros-prebuild")
+
+
+def _main(argv) -> int:
     parser = argparse.ArgumentParser(prog="lingbot-ros-prebuild", description=__doc__.split("\n\n")[0])
     add_settings_arguments(parser, exclude=("checkpoint",))
     parser.set_defaults(model_config="lingbot-map", device="cuda")

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from lingbot_ros.tools import shared_data
+from lingbot_ros.tools import interrupts, shared_data
 from lingbot_ros.tools.progress import Progress
 
 DEFAULT_IMAGES = "data/courthouse_jpg"
@@ -89,6 +89,10 @@ def _camera_thread(node, source, count: int, rate: float, stop: threading.Event)
 
 
 def main(argv=None) -> int:
+    return interrupts.run(_main, argv, "lingbot-ros-demo")
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     from lingbot_ros.io.sources import SourceError, open_source
 
@@ -110,12 +114,14 @@ def main(argv=None) -> int:
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
+    from rclpy.signals import SignalHandlerOptions
 
+    from lingbot_ros.ros.main import shut_down_executor
     from lingbot_ros.ros.node import MapNode
     from lingbot_ros.ros.services import SaveMap
 
     width = args.image_width or (518 if args.checkpoint else 252)
-    rclpy.init(args=None)
+    rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)   # tools/interrupts.py
     node = MapNode(parameter_overrides=[
         Parameter("checkpoint", value=args.checkpoint),
         Parameter("model_config", value=args.model_config),
@@ -133,6 +139,7 @@ def main(argv=None) -> int:
     spin = threading.Thread(target=executor.spin, daemon=True)
     spin.start()
     stop = threading.Event()
+    camera = None
     code = 0
     try:
         print(f"lingbot-ros-demo: source {source.description} ({found_by}), model "
@@ -160,16 +167,18 @@ def main(argv=None) -> int:
         display.close()
         stop.set()
         camera.join(5)
-        # Inactive: no frame is taken after this, so the summary and the saved files agree.
-        node.trigger_deactivate()
-        code = _save_and_summarise(client_node, node, args, SaveMap, time.monotonic() - start,
-                                    source.description) or code
-    except KeyboardInterrupt:
-        code = 130
+        # Inactive: no frame is taken after this, so the summary and the saved files agree. A
+        # signal from here on is recorded, not raised: the save it asked for completes.
+        with interrupts.deferred():
+            node.trigger_deactivate()
+            code = _save_and_summarise(client_node, node, args, SaveMap, time.monotonic() - start,
+                                        source.description) or code
     finally:
         stop.set()
+        if camera is not None:   # it publishes through client_node: done before that is destroyed
+            camera.join(5)
         node.release()
-        executor.shutdown(timeout_sec=5)
+        shut_down_executor(executor, spin, node.get_logger())   # before the nodes it waits on go
         node.destroy_node()
         client_node.destroy_node()
         rclpy.try_shutdown()
