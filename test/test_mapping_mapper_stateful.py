@@ -140,15 +140,16 @@ class MapperMachine(RuleBasedStateMachine):
         self.last_accepted_ns = None
 
     def _take(self, outcome, current: int | None):
-        """Apply one verb's outputs and notices, in the order the Mapper made them."""
+        """Apply one verb's outputs and notices, in the order the Mapper made them (``current``: the
+        index of the verb's first frame; a confirmed stamp jump takes two)."""
         restarts = [n for n in outcome.notices if n.kind == RESTART]
         before = [n for n in restarts if "cache cap" not in n.text]   # these came before the frame
         after = [n for n in restarts if "cache cap" in n.text]
         failed = any(n.kind == FAILED for n in outcome.notices)
         old = [o for o in outcome.new if current is None or o.index < current]
-        new = [o for o in outcome.new if current is not None and o.index == current]
+        new = [o for o in outcome.new if current is not None and o.index >= current]
         old_final = [o for o in outcome.final if current is None or o.index < current or not before]
-        new_final = [o for o in outcome.final if before and current is not None and o.index == current]
+        new_final = [o for o in outcome.final if before and current is not None and o.index >= current]
         self._outputs(old, old_final, outcome.revised)
         for notice in before:
             self._stream_ends()
@@ -204,7 +205,7 @@ class MapperMachine(RuleBasedStateMachine):
         for i in range(count):
             self.frame(shift=(shift + 8 * i) % 48, kind="next")
 
-    @rule(kind=st.sampled_from(["flush", "reset", "fail", "jitter", "back", "gap", "size"]),
+    @rule(kind=st.sampled_from(["flush", "reset", "fail", "jitter", "back", "gap", "outlier", "size"]),
           shift=st.integers(0, 40))
     def event(self, kind, shift):
         """Everything else that happens to a stream, less often than frames."""
@@ -227,26 +228,44 @@ class MapperMachine(RuleBasedStateMachine):
         self.save() if save else self.read_map()
 
     def frame(self, shift, kind):
+        if kind in ("gap", "outlier") and self.last_accepted_ns is not None:
+            # A forward jump is held until the next frame: it follows (a real jump) or not (an outlier).
+            self.stamp_ns += JUMP_NS
+            held_ns = self.stamp_ns
+            outcome = self.mapper.process(InputFrame(rgb=image(shift, self.size), stamp_ns=held_ns))
+            assert not outcome.notices and not outcome.new and self.mapper.snapshot.held_frames == 1
+            SEEN[f"held ({kind})"] += 1
+            if kind == "gap":
+                self.stamp_ns += STEP_NS
+                self.feed((shift + 8) % 48, held_ns)
+            else:
+                self.stamp_ns -= JUMP_NS - STEP_NS
+                self.counts["rejected"] += 1
+                self.feed(shift)
+            return
         self.stamp_ns += {"next": STEP_NS, "size": STEP_NS, "jitter": -JITTER_NS, "back": -JUMP_NS,
-                          "gap": JUMP_NS}[kind]
+                          "gap": JUMP_NS, "outlier": JUMP_NS}[kind]
         if kind == "size":
             self.size = SIZES[1] if self.size == SIZES[0] else SIZES[0]
         self.feed(shift)
 
-    def feed(self, shift):
+    def feed(self, shift, held_ns=None):
+        """One frame; ``held_ns``: the stamp of a held frame it confirms (both are taken)."""
         stamp = self.stamp_ns
         window = self.mapper.snapshot.window
         outcome = self.mapper.process(InputFrame(rgb=image(shift, self.size), stamp_ns=stamp))
+        assert self.mapper.snapshot.held_frames == 0
         last = self.last_accepted_ns
-        if last is not None and last - MAX_JITTER_NS <= stamp < last:
+        if held_ns is None and last is not None and last - MAX_JITTER_NS <= stamp < last:
             assert [n.kind for n in outcome.notices] == [REJECTED] and not outcome.new
             self.counts["rejected"] += 1
             self.stamp_ns = last       # the rule's reference stays: step on from it
             return
         current = self.next_index
-        self.next_index += 1
-        self.buffered.append(current)
-        self.stamps[current] = stamp
+        for taken in ([held_ns] if held_ns is not None else []) + [stamp]:
+            self.buffered.append(self.next_index)
+            self.stamps[self.next_index] = taken
+            self.next_index += 1
         self._take(outcome, current)
         SEEN["window switch"] += self.mapper.snapshot.window > window
         ended_after = any(n.kind == FAILED or "cache cap" in n.text for n in outcome.notices)
@@ -466,7 +485,7 @@ def test_failures_stamp_jumps_and_size_changes(machine):
     frames(m, 3)
     m.fail()
     frames(m, 3)
-    for kind in ("size", "gap", "next", "jitter", "next", "back", "next", "size", "next"):
+    for kind in ("size", "gap", "next", "jitter", "next", "outlier", "next", "back", "next", "size", "next"):
         m.frame(shift=8, kind=kind)
         m.trajectory_and_counters()
     frames(m, 8)                       # a cache cap restart
