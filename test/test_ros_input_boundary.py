@@ -172,3 +172,46 @@ def test_the_worker_queue_is_bounded_and_a_request_not_started_in_time_is_cancel
     finally:
         release.set()
         worker.stop()
+
+
+def test_a_handler_that_raises_in_a_tap_batch_loses_its_message_only():
+    """Tap.drain hands a batch to its handler under the safety net, one message at a time: the
+    message that raised is counted, the rest of the batch is still handled."""
+    import random
+
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from lingbot_ros.ros.tap import Tap
+
+    context = Context()
+    rclpy.init(context=context, domain_id=random.SystemRandom().randint(101, 200))
+    node = rclpy.create_node("tap_owner", context=context)
+    try:
+        logger, counted, handled = _Logger(), [], []
+        node.safety = SafetyNet(logger, counted.append)
+
+        def handler(msg, info):
+            if msg.data == "bad":
+                raise ValueError("a bug in the handler")
+            handled.append(msg.data)
+
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        tap = Tap(node, String, "/tap_test", qos, handler, period_s=3600.0, group=None, name="test tap")
+        publisher = node.create_publisher(String, "/tap_test", qos)
+        wait_until(publisher.get_subscription_count, "the tap's subscription", 30.0)
+        for data in ("a", "b", "bad", "c", "d"):
+            publisher.publish(String(data=data))
+
+        def drained():
+            tap.drain()
+            return handled if len(handled) == 4 else None
+
+        assert wait_until(drained, "the batch handled", 30.0) == ["a", "b", "c", "d"]
+        assert len(counted) == 1 and "test tap raised ValueError: a bug in the handler" in counted[0]
+        tap.destroy()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

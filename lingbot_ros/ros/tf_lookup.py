@@ -40,6 +40,7 @@ from lingbot_ros.mapping.frames import rigid_inverse
 from lingbot_ros.ros.input_checks import Refused, checked_transform
 from lingbot_ros.ros.messages import TF_STATIC_TOPIC, TfUnavailable, tf_message_type
 from lingbot_ros.ros.qos import TF_STATIC_QOS
+from lingbot_ros.ros.safety import net_of
 
 # Frames named in a failed lookup's explanation, at most (a URDF can have hundreds).
 _FRAMES_NAMED = 12
@@ -113,7 +114,8 @@ class StaticTfListener:
         self._tree = StaticTree()
         self._lock = threading.Lock()
         self._subscription = node.create_subscription(
-            tf_message_type(), TF_STATIC_TOPIC, self._on_message, TF_STATIC_QOS,
+            tf_message_type(), TF_STATIC_TOPIC, net_of(node).guard("/tf_static listener", self._on_message),
+            TF_STATIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup())
 
     def _on_message(self, msg) -> None:
