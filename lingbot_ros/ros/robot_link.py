@@ -142,7 +142,8 @@ class RobotLink:
             self.mapper.set_camera_mount(pose, f"TF {base} -> {frame_id}")
             logger.info(f"camera mount from TF: {base} -> {frame_id}")
             return
-        if found is not None:   # TF has one, refused: the map is built on the parameter instead
+        if found is not None or (self.lookup is not None and self.lookup.last_refused):
+            # TF has one, refused (here or in the lookup): the map is built on the parameter instead
             self.mount_refusal = (f"the camera mount {base} -> {frame_id} on TF was refused ("
                                   f"{self.counters.last_refusal.get('tf_rejected', '')}): the camera_mount "
                                   "parameter is used")

@@ -174,6 +174,7 @@ class TfLookup:
             raise TfUnavailable("TfLookup backend tf2_ros: tf2_ros is not importable (source a ROS distro "
                                 "that has it, or use backend tf_static)")
         self.last_failure = ""
+        self.last_refused = False   # the last lookup found a transform and refused it (input_checks)
         self._on_refused = on_refused
         self._tf2_ros = tf2_ros
         if tf2_ros is not None:
@@ -212,6 +213,7 @@ class TfLookup:
     def _tf2_lookup(self, target_frame: str, source_frame: str, time, timeout_s: float) -> np.ndarray | None:
         from rclpy.duration import Duration
 
+        self.last_refused = False
         try:
             transform = self._buffer.lookup_transform(target_frame, source_frame, time,
                                                       timeout=Duration(seconds=timeout_s))
@@ -222,7 +224,7 @@ class TfLookup:
             return checked_transform(transform.transform.translation, transform.transform.rotation,
                                      f"TF {target_frame} -> {source_frame}")
         except Refused as error:
-            self.last_failure = str(error)
+            self.last_failure, self.last_refused = str(error), True
             if self._on_refused is not None:
                 self._on_refused(str(error))
             return None
