@@ -339,9 +339,8 @@ def test_hostile_dynamic_tf_leaves_the_node_running_and_a_conflict_is_reported(r
     status = _alive_and_balanced(ros, node, 10)
     assert status.callback_errors == 0
     # Nothing non-finite from the node (the probe's own NaN transform, stamped 1 s, aside).
-    assert _finite_transforms([tf2_msgs.TFMessage(transforms=[t for m in transforms for t in m.transforms
-                                                              if t.header.stamp.sec != 1 and t.header.frame_id == "map"])],
-                              "odom")
+    ours = [t for m in transforms for t in m.transforms if t.header.stamp.sec != 1 and t.header.frame_id == "map"]
+    assert _finite_transforms([tf2_msgs.TFMessage(transforms=ours)], "odom")
     _finite_poses(ros)
     interrupt_and_check_exit(ros, node)
 

@@ -104,7 +104,8 @@ class StampPolicy:
             return self._decide(stamp_ns, gap_ns, item)
         if stamp_ns >= held.stamp_ns and not self._too_far(self._gap(stamp_ns, held.stamp_ns, gap_ns)):
             return [(StampVerdict(RESTART, self._gap_text(held.jump_ns)), held.item), (StampVerdict(ACCEPT), item)]
-        return [(self._outlier(held, "the next frame did not follow"), held.item)] + self._decide(stamp_ns, gap_ns, item)
+        outlier = (self._outlier(held, "the next frame did not follow"), held.item)
+        return [outlier] + self._decide(stamp_ns, gap_ns, item)
 
     def unconfirmed(self) -> tuple[StampVerdict, object] | None:
         """The held item, refused (the input ended or the stream is reset before a frame

@@ -13,8 +13,8 @@ the reason) or turned into a clean T_parent_child [4, 4]. What is refused:
   ahead would make every later one look too old to the odometry buffer;
 - frame ids other than the configured ones (another robot's odometry);
 - a camera_info with a non-finite K, a focal length that is not positive or a zero size;
-- an image with a zero or negative stamp (``set_stamp``; what an image stamp means beside that,
-  the stamp rule, is mapping/stamps.py's, shared with the offline tool).
+- an image with a zero or negative stamp (``nonzero_stamp``; what an image stamp means beside
+  that, the stamp rule, is mapping/stamps.py's, shared with the offline tool).
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class ImageClock:
         return image[0] + (time.monotonic_ns() - image[1])
 
 
-def set_stamp(stamp, what: str) -> int:
+def nonzero_stamp(stamp, what: str) -> int:
     """builtin_interfaces/Time -> ns; Refused for a zero or negative stamp (an unset header)."""
     stamp_ns = messages.stamp_ns(stamp)
     if stamp_ns <= 0:
@@ -112,7 +112,7 @@ def check_stamp(stamp, clock: ImageClock, max_ahead_s: float, what: str, max_beh
     """builtin_interfaces/Time -> ns; Refused for a zero stamp, one ``max_ahead_s`` ahead of the
     image clock, or (once an image came) one ``max_behind_s`` behind it: too old for any image
     still to come, and it would pass for a stream that went back."""
-    stamp_ns = set_stamp(stamp, what)
+    stamp_ns = nonzero_stamp(stamp, what)
     ahead_s = (stamp_ns - clock.now_ns()) / 1e9
     if ahead_s > max_ahead_s:
         raise Refused(f"{what}: stamped {ahead_s:.3f} s ahead of the image clock (max_input_ahead_s="

@@ -16,7 +16,7 @@ from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, imag
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.stamps import ReceivedGaps
 from lingbot_ros.ros import topics
-from lingbot_ros.ros.input_checks import Refused, check_camera_info, set_stamp
+from lingbot_ros.ros.input_checks import Refused, check_camera_info, nonzero_stamp
 from lingbot_ros.ros.qos import KEEP_ALL_RELIABLE, input_qos
 
 # Bad input is logged at most this often (the counters in ~/status see every frame).
@@ -64,7 +64,7 @@ class Inputs:
         received_ns = time.monotonic_ns()
         self.counters.add("received")
         try:
-            stamp_ns = set_stamp(msg.header.stamp, "image")
+            stamp_ns = nonzero_stamp(msg.header.stamp, "image")
             rgb = decode(msg, self.cfg.max_image_pixels)
         except (Refused, ImageDecodeError) as error:
             self._bad_input("rejected", f"image skipped: {error}")
