@@ -139,7 +139,7 @@ class MapperMachine(RuleBasedStateMachine):
         self.held = None               # the ended stream's points are merged for good
         self.last_accepted_ns = None
 
-    def _take(self, outcome, current: int | None):
+    def _take(self, outcome, current: int | None, survivor: int | None = None):
         """Apply one verb's outputs and notices, in the order the Mapper made them (``current``: the
         index of the verb's first frame; a confirmed stamp jump takes two)."""
         restarts = [n for n in outcome.notices if n.kind == RESTART]
@@ -159,9 +159,10 @@ class MapperMachine(RuleBasedStateMachine):
         SEEN.update(n.kind for n in outcome.notices)
         SEEN["provisional"] += sum(o.provisional for o in outcome.new)
         if failed:
-            lost = [i for i in self.buffered + ([current] if current is not None else []) if i not in self.seen]
+            lost = [i for i in self.buffered + ([current] if current is not None else [])
+                    if i not in self.seen and i != survivor]
             self.counts["failed"] += len(set(lost))
-            self.buffered = []
+            self.buffered = [survivor] if survivor is not None else []
             self._stream_ends()
         for _ in after:
             self._stream_ends()
@@ -266,10 +267,15 @@ class MapperMachine(RuleBasedStateMachine):
             self.buffered.append(self.next_index)
             self.stamps[self.next_index] = taken
             self.next_index += 1
-        self._take(outcome, current)
+        # A model failure on the held frame (taken first) ends its stream; the frame that confirmed
+        # it goes on into the next one (phase 1: buffered, num_scale_frames >= 2).
+        survivor = current + 1 if held_ns is not None else None
+        self._take(outcome, current, survivor)
         SEEN["window switch"] += self.mapper.snapshot.window > window
         ended_after = any(n.kind == FAILED or "cache cap" in n.text for n in outcome.notices)
-        self.last_accepted_ns = None if ended_after else stamp
+        # After a confirmed jump the confirming frame is the reference (of the stream a failure of
+        # the held frame began; no cache cap ends a stream of two frames).
+        self.last_accepted_ns = stamp if not ended_after or survivor is not None else None
 
     def rollback(self):
         before = self._observable()
@@ -491,3 +497,18 @@ def test_failures_stamp_jumps_and_size_changes(machine):
     frames(m, 8)                       # a cache cap restart
     m.read_map()
     m.save()
+
+
+def test_a_model_failure_on_a_held_frame_keeps_the_frame_that_confirmed_it(machine):
+    """Found by the machine: a confirmed stamp jump takes two frames in one verb; a model failure
+    on the held one loses it (and the frames buffered before it), not the frame after it."""
+    m = machine(long_run_policy="windowed", window_size=4, overlap_size=1)
+    m.frame(shift=0, kind="next")
+    m.fail()
+    m.frame(shift=0, kind="gap")
+    m.trajectory_and_counters()
+    assert m.mapper.snapshot.failed == 1 and m.mapper.snapshot.init_frames == 1
+    frames(m, 3)
+    m.frame(shift=8, kind="jitter")    # the confirming frame is the new stream's reference
+    m.trajectory_and_counters()
+    m.database_is_the_mapper()
