@@ -223,8 +223,9 @@ class Ros(ProbeNode):
             return None
         s = self.statuses[-1]
         # A frame buffered for phase 1 is accounted for (init_frames) but not processed until placed.
+        # A frame held past a stamp jump (frames_held) waits for the next frame to decide it.
         if s.frames_received and (s.frames_processed + s.init_frames + s.frames_dropped + s.frames_rejected
-                                  == s.frames_received):
+                                  + s.frames_held == s.frames_received):
             return s
         return None
 

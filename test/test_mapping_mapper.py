@@ -161,13 +161,45 @@ def test_stamp_jitter_drops_the_frame_and_a_real_jump_back_restarts(make_mapper)
     assert mapper.snapshot.trajectory_poses == poses and len(mapper.map_points()[0]) > 0
     outcome = mapper.process(frame(40, stamp_s=10.4))         # the stream goes on
     assert len(outcome.new) == 1 and not outcome.notices
-    outcome = mapper.process(frame(0, stamp_s=11.5))          # forward gap of 1.1 s
+    outcome = mapper.process(frame(0, stamp_s=11.5))          # forward gap of 1.1 s: held
+    assert not outcome.notices and not outcome.new and mapper.snapshot.held_frames == 1
+    outcome = mapper.process(frame(8, stamp_s=11.6))          # it follows: the jump was real
     assert outcome.notices[0].kind == RESTART and "gap of 1.100 s" in outcome.notices[0].text
-    mapper.process(frame(8, stamp_s=11.6))
+    assert mapper.snapshot.held_frames == 0 and mapper.snapshot.init_frames == 2
     mapper.process(frame(16, stamp_s=11.7))
     outcome = mapper.process(frame(0, stamp_s=5.0))           # a looped bag
     assert "went back by 6.700 s" in outcome.notices[0].text
     assert mapper.snapshot.trajectory_poses == 0 or mapper.saved_trajectory().stamps_ns()[0] == 5 * 10**9
+
+
+def test_a_single_frame_an_hour_ahead_is_refused_and_the_stream_goes_on(make_mapper):
+    """Regression: one image stamped an hour ahead cost two restarts (the jump and the jump back),
+    each clearing the map. Held, not followed by the next frame: refused, no restart."""
+    mapper = make_mapper()
+    for i in range(4):
+        mapper.process(frame(8 * i, stamp_s=100.0 + 0.1 * i))
+    points, poses = len(mapper.map_points()[0]), mapper.snapshot.trajectory_poses
+    outcome = mapper.process(frame(32, stamp_s=3700.4))
+    assert not outcome.notices and not outcome.new and outcome.taken is None
+    assert mapper.snapshot.held_frames == 1 and mapper.snapshot.last_stamp_ns == round(100.3 * 10**9)
+    outcome = mapper.process(frame(40, stamp_s=100.5))
+    assert [n.kind for n in outcome.notices] == [REJECTED] and len(outcome.new) == 1
+    assert "jumped 3600.100 s ahead" in outcome.notices[0].text and "did not follow" in outcome.notices[0].text
+    assert outcome.taken.stamp_ns == round(100.5 * 10**9)
+    snap = mapper.snapshot
+    assert (snap.restarts, snap.rejected, snap.held_frames, snap.processed) == (0, 1, 0, 5)
+    assert snap.trajectory_poses == poses + 1 and len(mapper.map_points()[0]) >= points
+    # Held at the end of the input: nothing confirmed it, and taking it would clear the map.
+    mapper.process(frame(48, stamp_s=9000.0))
+    outcome = mapper.finish()
+    assert [n.kind for n in outcome.notices] == [REJECTED] and "no frame followed" in outcome.notices[0].text
+    assert (mapper.snapshot.rejected, mapper.snapshot.held_frames, mapper.snapshot.restarts) == (2, 0, 0)
+    assert mapper.snapshot.trajectory_poses == poses + 1
+    # A reset with a frame held: refused, counted, then the restart.
+    mapper.process(frame(0, stamp_s=9100.0))
+    outcome = mapper.reset("operator")
+    assert [n.kind for n in outcome.notices] == [REJECTED, RESTART]
+    assert (mapper.snapshot.rejected, mapper.snapshot.held_frames) == (3, 0)
 
 
 def test_bad_geometry_is_rejected_input_not_a_model_failure(make_mapper):
@@ -315,8 +347,10 @@ def test_the_stamp_gap_rule_sees_frames_received_not_processed(make_mapper):
     skipped = dataclasses.replace(frame(40, stamp_s=116.3), gap_ns=10**8)   # 160 frames skipped
     assert not mapper.process(skipped).notices and mapper.snapshot.restarts == 0
     gap = dataclasses.replace(frame(48, stamp_s=132.3), gap_ns=16 * 10**9)  # a gap in the input
-    assert "gap of 16.000 s" in mapper.process(gap).notices[0].text
-    assert mapper.process(frame(56, stamp_s=150.0)).notices[0].kind == RESTART  # no gap_ns: the stamps
+    assert not mapper.process(gap).notices and mapper.snapshot.held_frames == 1
+    assert "gap of 16.000 s" in mapper.process(frame(52, stamp_s=132.4)).notices[0].text
+    mapper.process(frame(56, stamp_s=150.0))                   # no gap_ns: the stamps'
+    assert mapper.process(frame(60, stamp_s=150.1)).notices[0].kind == RESTART
 
 
 def test_settings_check_what_the_scale_estimator_needs():

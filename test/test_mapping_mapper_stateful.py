@@ -139,16 +139,17 @@ class MapperMachine(RuleBasedStateMachine):
         self.held = None               # the ended stream's points are merged for good
         self.last_accepted_ns = None
 
-    def _take(self, outcome, current: int | None):
-        """Apply one verb's outputs and notices, in the order the Mapper made them."""
+    def _take(self, outcome, current: int | None, survivor: int | None = None):
+        """Apply one verb's outputs and notices, in the order the Mapper made them (``current``: the
+        index of the verb's first frame; a confirmed stamp jump takes two)."""
         restarts = [n for n in outcome.notices if n.kind == RESTART]
         before = [n for n in restarts if "cache cap" not in n.text]   # these came before the frame
         after = [n for n in restarts if "cache cap" in n.text]
         failed = any(n.kind == FAILED for n in outcome.notices)
         old = [o for o in outcome.new if current is None or o.index < current]
-        new = [o for o in outcome.new if current is not None and o.index == current]
+        new = [o for o in outcome.new if current is not None and o.index >= current]
         old_final = [o for o in outcome.final if current is None or o.index < current or not before]
-        new_final = [o for o in outcome.final if before and current is not None and o.index == current]
+        new_final = [o for o in outcome.final if before and current is not None and o.index >= current]
         self._outputs(old, old_final, outcome.revised)
         for notice in before:
             self._stream_ends()
@@ -158,9 +159,10 @@ class MapperMachine(RuleBasedStateMachine):
         SEEN.update(n.kind for n in outcome.notices)
         SEEN["provisional"] += sum(o.provisional for o in outcome.new)
         if failed:
-            lost = [i for i in self.buffered + ([current] if current is not None else []) if i not in self.seen]
+            lost = [i for i in self.buffered + ([current] if current is not None else [])
+                    if i not in self.seen and i != survivor]
             self.counts["failed"] += len(set(lost))
-            self.buffered = []
+            self.buffered = [survivor] if survivor is not None else []
             self._stream_ends()
         for _ in after:
             self._stream_ends()
@@ -204,7 +206,7 @@ class MapperMachine(RuleBasedStateMachine):
         for i in range(count):
             self.frame(shift=(shift + 8 * i) % 48, kind="next")
 
-    @rule(kind=st.sampled_from(["flush", "reset", "fail", "jitter", "back", "gap", "size"]),
+    @rule(kind=st.sampled_from(["flush", "reset", "fail", "jitter", "back", "gap", "outlier", "size"]),
           shift=st.integers(0, 40))
     def event(self, kind, shift):
         """Everything else that happens to a stream, less often than frames."""
@@ -227,30 +229,53 @@ class MapperMachine(RuleBasedStateMachine):
         self.save() if save else self.read_map()
 
     def frame(self, shift, kind):
+        if kind in ("gap", "outlier") and self.last_accepted_ns is not None:
+            # A forward jump is held until the next frame: it follows (a real jump) or not (an outlier).
+            self.stamp_ns += JUMP_NS
+            held_ns = self.stamp_ns
+            outcome = self.mapper.process(InputFrame(rgb=image(shift, self.size), stamp_ns=held_ns))
+            assert not outcome.notices and not outcome.new and self.mapper.snapshot.held_frames == 1
+            SEEN[f"held ({kind})"] += 1
+            if kind == "gap":
+                self.stamp_ns += STEP_NS
+                self.feed((shift + 8) % 48, held_ns)
+            else:
+                self.stamp_ns -= JUMP_NS - STEP_NS
+                self.counts["rejected"] += 1
+                self.feed(shift)
+            return
         self.stamp_ns += {"next": STEP_NS, "size": STEP_NS, "jitter": -JITTER_NS, "back": -JUMP_NS,
-                          "gap": JUMP_NS}[kind]
+                          "gap": JUMP_NS, "outlier": JUMP_NS}[kind]
         if kind == "size":
             self.size = SIZES[1] if self.size == SIZES[0] else SIZES[0]
         self.feed(shift)
 
-    def feed(self, shift):
+    def feed(self, shift, held_ns=None):
+        """One frame; ``held_ns``: the stamp of a held frame it confirms (both are taken)."""
         stamp = self.stamp_ns
         window = self.mapper.snapshot.window
         outcome = self.mapper.process(InputFrame(rgb=image(shift, self.size), stamp_ns=stamp))
+        assert self.mapper.snapshot.held_frames == 0
         last = self.last_accepted_ns
-        if last is not None and last - MAX_JITTER_NS <= stamp < last:
+        if held_ns is None and last is not None and last - MAX_JITTER_NS <= stamp < last:
             assert [n.kind for n in outcome.notices] == [REJECTED] and not outcome.new
             self.counts["rejected"] += 1
             self.stamp_ns = last       # the rule's reference stays: step on from it
             return
         current = self.next_index
-        self.next_index += 1
-        self.buffered.append(current)
-        self.stamps[current] = stamp
-        self._take(outcome, current)
+        for taken in ([held_ns] if held_ns is not None else []) + [stamp]:
+            self.buffered.append(self.next_index)
+            self.stamps[self.next_index] = taken
+            self.next_index += 1
+        # A model failure on the held frame (taken first) ends its stream; the frame that confirmed
+        # it goes on into the next one (phase 1: buffered, num_scale_frames >= 2).
+        survivor = current + 1 if held_ns is not None else None
+        self._take(outcome, current, survivor)
         SEEN["window switch"] += self.mapper.snapshot.window > window
         ended_after = any(n.kind == FAILED or "cache cap" in n.text for n in outcome.notices)
-        self.last_accepted_ns = None if ended_after else stamp
+        # After a confirmed jump the confirming frame is the reference (of the stream a failure of
+        # the held frame began; no cache cap ends a stream of two frames).
+        self.last_accepted_ns = stamp if not ended_after or survivor is not None else None
 
     def rollback(self):
         before = self._observable()
@@ -466,9 +491,24 @@ def test_failures_stamp_jumps_and_size_changes(machine):
     frames(m, 3)
     m.fail()
     frames(m, 3)
-    for kind in ("size", "gap", "next", "jitter", "next", "back", "next", "size", "next"):
+    for kind in ("size", "gap", "next", "jitter", "next", "outlier", "next", "back", "next", "size", "next"):
         m.frame(shift=8, kind=kind)
         m.trajectory_and_counters()
     frames(m, 8)                       # a cache cap restart
     m.read_map()
     m.save()
+
+
+def test_a_model_failure_on_a_held_frame_keeps_the_frame_that_confirmed_it(machine):
+    """Found by the machine: a confirmed stamp jump takes two frames in one verb; a model failure
+    on the held one loses it (and the frames buffered before it), not the frame after it."""
+    m = machine(long_run_policy="windowed", window_size=4, overlap_size=1)
+    m.frame(shift=0, kind="next")
+    m.fail()
+    m.frame(shift=0, kind="gap")
+    m.trajectory_and_counters()
+    assert m.mapper.snapshot.failed == 1 and m.mapper.snapshot.init_frames == 1
+    frames(m, 3)
+    m.frame(shift=8, kind="jitter")    # the confirming frame is the new stream's reference
+    m.trajectory_and_counters()
+    m.database_is_the_mapper()

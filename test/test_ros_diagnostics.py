@@ -27,7 +27,8 @@ class Camera:
             self.totals[name] += count
         if received:
             self.last_image_s = t
-        facts = Facts(facts.lifecycle, facts.random_weights, facts.configure_error, self.last_image_s)
+        facts = Facts(facts.lifecycle, facts.random_weights, facts.configure_error, self.last_image_s,
+                      refusals=facts.refusals)
         return self.health.update(t, dict(self.totals), facts, self.limits)
 
 
@@ -91,6 +92,14 @@ def test_bad_input_warns():
     report = camera.tick(1.0, processed=8, rejected=2, camera_info_rejected=1)
     assert report.level == WARN
     assert report.reasons == [(WARN, "bad input in the last 1.0 s: 2 image(s) and 1 camera_info rejected")]
+    # With the reasons of the newest refusals (of the inputs refused in the window), as odometry's.
+    refusals = {"rejected": "image skipped: image: zero stamp (an unset header)",
+                "camera_info_rejected": "camera_info: non-finite K"}
+    camera = Camera()
+    camera.tick(0.0)
+    report = camera.tick(1.0, Facts("active", refusals=refusals), rejected=1)
+    assert report.reasons == [(WARN, "bad input in the last 1.0 s: 1 image(s) and 0 camera_info rejected (newest: "
+                                     "image skipped: image: zero stamp (an unset header))")]
 
 
 def test_stale_without_images_then_ok_when_they_come_back():

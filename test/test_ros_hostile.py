@@ -3,8 +3,10 @@ many bad values each. Every case asserts that the process lives, the image count
 (received = processed + dropped + rejected + failed), nothing non-finite is published or saved,
 the reason is visible in ~/status or /diagnostics, and good input afterwards is processed.
 
-Classes: odometry (~/odometry_in), the camera mount on /tf_static, live parameters (with the
-QoS of a best-effort camera and the periodic map), services and save paths, start-up parameters.
+Classes: odometry (~/odometry_in), image stamps, camera_info, dynamic /tf (a flood of another
+robot's frames, NaN values, a conflicting publisher of our child frame), the camera mount on
+/tf_static, live parameters (with the QoS of a best-effort camera and the periodic map), services
+and save paths, start-up parameters.
 """
 import math
 import signal
@@ -15,10 +17,10 @@ from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import GetParameters, SetParameters
-from sensor_msgs.msg import CompressedImage, PointCloud2
+from sensor_msgs.msg import CameraInfo, CompressedImage, PointCloud2
 from std_srvs.srv import Trigger
 
-from helpers import (BAG_TOPIC, SaveMap, double_parameter, integer_parameter, interrupt_and_check_exit,
+from helpers import (BAG_TOPIC, MapStatus, SaveMap, double_parameter, integer_parameter, interrupt_and_check_exit,
                      string_parameter, synthetic_jpeg)
 from lingbot_ros.mapping.export import read_ply, read_tum
 
@@ -37,8 +39,9 @@ def _set(ros, parameter):
 
 def _balanced(status) -> bool:
     # A frame buffered for phase 1 (init_frames) is accounted for but not yet processed.
+    # A frame held past a forward stamp jump (frames_held) waits for the next frame to decide it.
     return status.frames_received == (status.frames_processed + status.init_frames + status.frames_dropped
-                                      + status.frames_rejected + status.frames_failed)
+                                      + status.frames_rejected + status.frames_failed + status.frames_held)
 
 
 def _diagnostics_text(ros) -> str:
@@ -181,6 +184,167 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     interrupt_and_check_exit(ros, node)
 
 
+def _status_where(ros, what: str, condition):
+    """The newest ~/status once ``condition(status)`` holds."""
+    return ros.wait(lambda: ros.statuses[-1] if ros.statuses and condition(ros.statuses[-1]) else None, what)
+
+
+def _finite_poses(ros) -> None:
+    for pose in ros.poses:
+        p, q = pose.pose.position, pose.pose.orientation
+        assert all(math.isfinite(v) for v in (p.x, p.y, p.z, q.x, q.y, q.z, q.w)), pose
+
+
+def test_hostile_image_stamps_are_refused_or_held_and_the_stream_goes_on(ros, tiny):
+    fixture, _ = tiny
+    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
+                          "diagnostics_window_s:=120.0")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
+    ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count(), "the node's subscriptions")
+    for i in range(4):
+        images.publish(synthetic_jpeg(i, 400.0 + 0.1 * i))
+    _alive_and_balanced(ros, node, 4)
+    ros.wait(lambda: ros.diagnostic("frames_received") == "4", "a /diagnostics array after the first images")
+
+    # An unset header: refused where the image enters, never reaching the Mapper.
+    images.publish(synthetic_jpeg(4, 0.0))
+    status = _status_where(ros, "the zero stamp refused", lambda s: s.frames_rejected == 1)
+    assert "zero stamp" in status.last_error and _balanced(status) and status.restarts == 0
+    ros.wait(lambda: _warned(ros, "image skipped: image: zero stamp"), "the zero stamp's reason in /diagnostics (WARN)")
+
+    # One frame an hour ahead: held (the next frame decides), not taken.
+    images.publish(synthetic_jpeg(5, 4000.4))
+    status = _status_where(ros, "the hour-ahead frame held", lambda s: s.frames_held == 1)
+    assert _balanced(status) and status.restarts == 0 and status.frames_processed + status.init_frames == 4
+    # Meanwhile the image clock stays with the frames taken: odometry at the images' time is used
+    # (set from every message, the clock was an hour ahead and refused it as an hour behind).
+    odometry.publish(_odometry(400.35))
+    status = _status_where(ros, "the odometry", lambda s: s.odometry_received == 1)
+    assert status.odometry_rejected == 0, status.last_error
+    # The next frame does not follow it: the held one is refused as an outlier, no restart.
+    images.publish(synthetic_jpeg(6, 400.4))
+    status = _alive_and_balanced(ros, node, 5)
+    assert (status.frames_rejected, status.frames_held, status.restarts) == (2, 0, 0)
+    assert "jumped 3600.100 s ahead" in status.last_error and "did not follow" in status.last_error
+    ros.wait(lambda: _warned(ros, "did not follow"), "the outlier's reason in /diagnostics (WARN)")
+
+    # Slightly back: jitter, dropped.
+    images.publish(synthetic_jpeg(7, 400.35))
+    status = _status_where(ros, "the jitter dropped", lambda s: s.frames_rejected == 3)
+    assert "max_stamp_jitter_s" in status.last_error and _balanced(status) and status.restarts == 0
+
+    # A real jump: held, then confirmed by the next frame: one restart, both processed.
+    images.publish(synthetic_jpeg(8, 5000.0))
+    _status_where(ros, "the jump held", lambda s: s.frames_held == 1)
+    for i in range(9, 13):
+        images.publish(synthetic_jpeg(i, 5000.0 + 0.1 * (i - 8)))
+    status = _alive_and_balanced(ros, node, 10)
+    assert (status.frames_rejected, status.frames_held, status.restarts) == (3, 0, 1)
+    assert status.state == MapStatus.STATE_TRACKING and status.callback_errors == 0
+    assert "stream restarted (map cleared): gap of 4599.600 s between image stamps" in ros.output(node)
+    _finite_poses(ros)
+    interrupt_and_check_exit(ros, node)
+
+
+def _camera_info(fx=100.0, fy=100.0, cx=64.0, cy=48.0, width=128, height=96) -> CameraInfo:
+    return CameraInfo(width=width, height=height, k=[fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0])
+
+
+def test_hostile_camera_info_is_refused_and_a_good_one_afterwards_is_used(ros, tiny):
+    fixture, _ = tiny
+    nan, inf = float("nan"), float("inf")
+    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "use_camera_info:=true",
+                          "camera_info_qos:=reliable", "camera_info_qos_depth:=50", "diagnostics_window_s:=120.0")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    info = ros.node.create_publisher(CameraInfo, "/map_node/camera_info", RELIABLE)
+    ros.wait(lambda: images.get_subscription_count() and info.get_subscription_count(), "the node's subscriptions")
+    for i in range(4):
+        images.publish(synthetic_jpeg(i, 500.0 + 0.1 * i))
+    _alive_and_balanced(ros, node, 4)
+    # A diagnostics tick of the active node first: its window counts from its first tick.
+    ros.wait(lambda: ros.diagnostic("frames_received") == "4", "a /diagnostics array after the first images")
+    bad = {"NaN focal": _camera_info(fx=nan), "zero focal": _camera_info(fy=0.0),
+           "negative focal": _camera_info(fx=-100.0), "zero width": _camera_info(width=0),
+           "zero height": _camera_info(height=0), "inf principal point": _camera_info(cx=inf)}
+    for msg in bad.values():
+        info.publish(msg)
+    status = _status_where(ros, f"{len(bad)} camera_info refused", lambda s: s.camera_info_rejected == len(bad))
+    assert "/map_node/camera_info: camera_info: non-finite K" in status.last_error   # the newest: inf cx
+    ros.wait(lambda: _warned(ros, f"0 image(s) and {len(bad)} camera_info rejected (newest: "
+                                  "/map_node/camera_info: camera_info: non-finite K"),
+             "the refusals and the newest one's reason in /diagnostics (WARN)")
+    assert ros.diagnostic("camera_info") == ""   # none taken
+    info.publish(_camera_info(fx=120.0, fy=121.0))
+    ros.wait(lambda: ros.diagnostic("camera_info") == "fx=120.0 fy=121.0 cx=64.0 cy=48.0 (128x96)",
+             "the good camera_info used")
+    for i in range(4, 6):
+        images.publish(synthetic_jpeg(i, 500.0 + 0.1 * i))
+    status = _alive_and_balanced(ros, node, 6)
+    assert status.camera_info_rejected == len(bad) and status.frames_rejected == 0 and status.callback_errors == 0
+    _finite_poses(ros)
+    interrupt_and_check_exit(ros, node)
+
+
+def _tf(parent: str, child: str, stamp_s: float, x: float = 0.0, q=(0.0, 0.0, 0.0, 1.0)) -> TransformStamped:
+    t = _mount((x, 0.0, 0.0), q, parent, child)
+    t.header.stamp.sec, t.header.stamp.nanosec = int(stamp_s), round(stamp_s % 1 * 1e9)
+    return t
+
+
+def test_hostile_dynamic_tf_leaves_the_node_running_and_a_conflict_is_reported(ros, tiny):
+    fixture, _ = tiny
+    nan = float("nan")
+    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
+                          "diagnostics_window_s:=120.0")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    transforms: list = []
+    ros.node.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 100)
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
+    tf = ros.node.create_publisher(tf2_msgs.TFMessage, "/tf", RELIABLE)
+    ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count()
+             and tf.get_subscription_count(), "the node's subscriptions")
+    for i in range(20):
+        odometry.publish(_odometry(600.0 + 0.05 * i, x=0.01 * i))
+    ros.wait(lambda: ros.statuses[-1].odometry_received == 20 or None, "the odometry")
+    for i in range(4):
+        images.publish(synthetic_jpeg(i, 600.0 + 0.1 * i))
+    _alive_and_balanced(ros, node, 4)
+    ros.wait(lambda: [t for t in _finite_transforms(transforms, "odom") if t.header.frame_id == "map"],
+             "the node's map -> odom")
+
+    # Another robot's tree at a high rate, and our robot's odom -> base_link with NaN values
+    # (not a frame the node publishes): neither is a conflict, the image path goes on.
+    for i in range(1000):
+        tf.publish(tf2_msgs.TFMessage(transforms=[_tf("robot2/map", "robot2/odom", 600.0 + 0.001 * i, x=0.1),
+                                                  _tf("robot2/odom", "robot2/base_link", 600.0 + 0.001 * i)]))
+    tf.publish(tf2_msgs.TFMessage(transforms=[_tf("odom", "base_link", 600.3, x=nan, q=(nan, 0.0, 0.0, 1.0))]))
+    for i in range(4, 7):
+        images.publish(synthetic_jpeg(i, 600.0 + 0.1 * i))
+    status = _alive_and_balanced(ros, node, 7)
+    assert status.callback_errors == 0 and status.tf_rejected == 0
+    assert "already has parent" not in _diagnostics_text(ros)
+
+    # Our child frame from another publisher, NaN at that: the conflict watch stops the TF output
+    # and says so (ERROR naming the frame and the other parent); the node lives and maps on.
+    tf.publish(tf2_msgs.TFMessage(transforms=[_tf("map", "odom", 1.0, x=nan)]))
+    ros.wait(lambda: ros.diagnostics and ros.diagnostics[-1].status[0].level[0] == 2
+             and "frame 'odom' already has parent 'map' on /tf" in ros.diagnostics[-1].status[0].message,
+             "the conflict in /diagnostics (ERROR)")
+    for i in range(7, 10):
+        images.publish(synthetic_jpeg(i, 600.0 + 0.1 * i))
+    status = _alive_and_balanced(ros, node, 10)
+    assert status.callback_errors == 0
+    # Nothing non-finite from the node (the probe's own NaN transform, stamped 1 s, aside).
+    ours = [t for m in transforms for t in m.transforms if t.header.stamp.sec != 1 and t.header.frame_id == "map"]
+    assert _finite_transforms([tf2_msgs.TFMessage(transforms=ours)], "odom")
+    _finite_poses(ros)
+    interrupt_and_check_exit(ros, node)
+
+
 def _mount(translation, quaternion, parent="base_link", child="cam") -> TransformStamped:
     t = TransformStamped()
     t.header.stamp.sec = 1
@@ -213,7 +377,9 @@ def test_a_hostile_camera_mount_on_tf_static_is_refused_and_the_map_stays_finite
         images.publish(synthetic_jpeg(i, 200.0 + 0.1 * i))
     _alive_and_balanced(ros, node, 6)
     status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].tf_rejected >= 1 else None, "a refused mount")
-    assert "camera mount" in status.last_error or "/tf_static" in status.last_error
+    # Refused at the lookup (tf2 keeps the newest of a child, whichever its listener's threads
+    # stored last) or by the mount's bound.
+    assert "base_link -> cam" in status.last_error or "/tf_static" in status.last_error, status.last_error
     ros.wait(lambda: ros.diagnostic("camera_mount") == "the camera_mount setting", "the mount from the parameter")
     ros.wait(lambda: _warned(ros, "camera mount base_link -> cam on TF was refused"), "the refusal in /diagnostics (WARN)")
     saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "saved")))

@@ -16,8 +16,8 @@ from nav_msgs.msg import Odometry  # noqa: E402
 from lingbot_ros.mapping.export import read_ply, write_files, write_ply  # noqa: E402
 from lingbot_ros.ros import services  # noqa: E402
 from lingbot_ros.ros.messages import header_stamp_ns  # noqa: E402
-from lingbot_ros.ros.input_checks import (ImageClock, Refused, check_odometry, check_stamp,  # noqa: E402
-                                          checked_matrix, checked_transform)
+from lingbot_ros.ros.input_checks import (ImageClock, Refused, check_camera_info, check_odometry,  # noqa: E402
+                                          check_stamp, checked_matrix, checked_transform, nonzero_stamp)
 from lingbot_ros.ros.safety import SafetyNet  # noqa: E402
 from lingbot_ros.ros.save_paths import SavePathError, save_root, save_target  # noqa: E402
 from lingbot_ros.ros.worker import MAX_COMMANDS, FrameInbox, Worker  # noqa: E402
@@ -68,10 +68,35 @@ def test_odometry_stamps_are_checked_against_the_image_clock():
         check_odometry(_odometry(1000 + 3600), "odom", "base_link", clock, 5.0)
     with pytest.raises(Refused, match="zero stamp"):
         check_stamp(_odometry(0).header.stamp, clock, 5.0, "odometry")
+    # An image's stamp: zero and negative refused; the clock runs from the frame's receipt time.
+    with pytest.raises(Refused, match="image: zero stamp"):
+        nonzero_stamp(_odometry(0).header.stamp, "image")
+    with pytest.raises(Refused, match="image: negative stamp"):
+        nonzero_stamp(_odometry(-5).header.stamp, "image")
+    import time
+    received = time.monotonic_ns() - 2 * 10**9   # taken by the Mapper 2 s after it arrived
+    clock.image(2000 * 10**9, received)
+    assert clock.now_ns() >= 2002 * 10**9
     with pytest.raises(Refused, match="another robot"):
         check_odometry(_odometry(1000, frame="robot2/odom"), "odom", "base_link", clock, 5.0)
     with pytest.raises(Refused, match="expected odom_frame 'odom' -> base_frame 'base_link'"):
         check_odometry(_odometry(1000, child="robot2/base_link"), "odom", "base_link", clock, 5.0)
+
+
+@pytest.mark.parametrize("k, size, why", [
+    ([float("nan"), 0, 64, 0, 100, 48, 0, 0, 1], (128, 96), "non-finite K"),
+    ([100, 0, float("inf"), 0, 100, 48, 0, 0, 1], (128, 96), "non-finite K"),
+    ([0, 0, 64, 0, 100, 48, 0, 0, 1], (128, 96), "fx=0 fy=100 not positive"),
+    ([100, 0, 64, 0, -100, 48, 0, 0, 1], (128, 96), "fx=100 fy=-100 not positive"),
+    ([100, 0, 64, 0, 100, 48, 0, 0, 1], (0, 96), "size 0x96"),
+    ([100, 0, 64, 0, 100, 48, 0, 0, 1], (128, 0), "size 128x0"),
+])
+def test_a_bad_camera_info_is_refused_with_the_value_named(k, size, why):
+    from sensor_msgs.msg import CameraInfo
+    with pytest.raises(Refused, match=why):
+        check_camera_info(CameraInfo(width=size[0], height=size[1], k=[float(v) for v in k]))
+    good = CameraInfo(width=128, height=96, k=[100.0, 0.0, 64.0, 0.0, 101.0, 48.0, 0.0, 0.0, 1.0])
+    assert check_camera_info(good) == "fx=100.0 fy=101.0 cx=64.0 cy=48.0 (128x96)"
 
 
 class _Logger:
@@ -172,3 +197,46 @@ def test_the_worker_queue_is_bounded_and_a_request_not_started_in_time_is_cancel
     finally:
         release.set()
         worker.stop()
+
+
+def test_a_handler_that_raises_in_a_tap_batch_loses_its_message_only():
+    """Tap.drain hands a batch to its handler under the safety net, one message at a time: the
+    message that raised is counted, the rest of the batch is still handled."""
+    import random
+
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from lingbot_ros.ros.tap import Tap
+
+    context = Context()
+    rclpy.init(context=context, domain_id=random.SystemRandom().randint(101, 200))
+    node = rclpy.create_node("tap_owner", context=context)
+    try:
+        logger, counted, handled = _Logger(), [], []
+        node.safety = SafetyNet(logger, counted.append)
+
+        def handler(msg, info):
+            if msg.data == "bad":
+                raise ValueError("a bug in the handler")
+            handled.append(msg.data)
+
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        tap = Tap(node, String, "/tap_test", qos, handler, period_s=3600.0, group=None, name="test tap")
+        publisher = node.create_publisher(String, "/tap_test", qos)
+        wait_until(publisher.get_subscription_count, "the tap's subscription", 30.0)
+        for data in ("a", "b", "bad", "c", "d"):
+            publisher.publish(String(data=data))
+
+        def drained():
+            tap.drain()
+            return handled if len(handled) == 4 else None
+
+        assert wait_until(drained, "the batch handled", 30.0) == ["a", "b", "c", "d"]
+        assert len(counted) == 1 and "test tap raised ValueError: a bug in the handler" in counted[0]
+        tap.destroy()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -88,9 +88,9 @@ class Live:
         msg.header.frame_id = "cam"
         self.node.inputs.accept(msg, image_to_rgb)
         self.sent += 1
-        def handled() -> bool:   # every frame sent is placed, buffered for phase 1, failed or rejected
+        def handled() -> bool:   # every frame sent is placed, buffered for phase 1, failed, rejected or held
             s = self.node.mapper.snapshot
-            return (s.processed + s.init_frames + s.failed + s.rejected == self.sent
+            return (s.processed + s.init_frames + s.failed + s.rejected + s.held_frames == self.sent
                     and not self.node.worker.busy and not len(self.node.worker.inbox))
         wait(handled, f"frame {self.sent} handled")
         return msg
@@ -242,15 +242,17 @@ def test_stamp_gap_and_backward_jump_restart_the_stream(live, capfd):
     env = live(max_stamp_gap_s=1.0)
     for i in range(4):
         env.send(10 + 0.1 * i, shift_px=8 * i)
-    env.send(20.0)                                       # 9.7 s after the last frame
+    env.send(20.0)                                       # 9.7 s after the last frame: held
+    env.status(lambda s: s.frames_held == 1, "the frame past the gap held")
+    env.send(20.1)                                       # it follows: the gap was real
     gap = env.status(lambda s: s.restarts == 1, "the restart on the gap")
-    assert gap.state_text == ("initialising 1/3 (restarted: gap of 9.700 s between image stamps "
+    assert gap.state_text == ("initialising 2/3 (restarted: gap of 9.700 s between image stamps "
                               "(max_stamp_gap_s=1))")
     assert env.node.mapper.snapshot.trajectory_poses == 0 and len(env.node.mapper.map_points()[0]) == 0
     env.send(5.0)                                        # a looped bag
     back = env.status(lambda s: s.restarts == 2, "the restart on the backward stamp")
-    assert back.state_text == "initialising 1/3 (restarted: image stamp went back by 15.000 s (bag looped?))"
-    last = env.status(lambda s: s.frames_processed == 5, "the frame at 20 s placed, the one at 5 s buffered")
+    assert back.state_text == "initialising 1/3 (restarted: image stamp went back by 15.100 s (bag looped?))"
+    last = env.status(lambda s: s.frames_processed == 6, "the frames at 20 s placed, the one at 5 s buffered")
     assert last.state == MapStatus.STATE_INITIALISING and last.init_frames == 1
     err = capfd.readouterr().err
     assert "gap of 9.700 s" in err and "image stamp went back" in err

@@ -5,8 +5,10 @@ same verbs, so the rules live here once: stamps, input checks, the keyframe poli
 policy, failure recovery, the frame convention, the bounded map and trajectory. The Mapper is
 single-threaded: one owner calls its verbs; other threads read only ``snapshot`` (immutable).
 
-    process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers)
-    finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final
+    process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers; a frame past
+                                      a forward stamp jump is held until the next one decides)
+    finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final,
+                                      a held frame is refused (nothing confirmed its jump)
     reset(reason)                     the operator's reset: restart the stream, clear the map
     rollback_last_frame() -> str      undo the newest frame (pose, points, cache); a refusal
                                       (NothingToRollback) changes nothing
@@ -66,7 +68,7 @@ from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
 from .staged_files import StagedFiles
-from .stamps import ACCEPT, DROP, StampPolicy, seconds_text
+from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
 
@@ -224,18 +226,25 @@ class Mapper:
         return time.perf_counter() - start
 
     def process(self, frame: InputFrame) -> StepOutcome:
+        """One input frame through the stamp rule (stamps.py): taken, dropped, held for the next
+        frame to decide, or, with a held one, both in order."""
         outcome = StepOutcome()
-        verdict = self._stream.stamps.check(frame.stamp_ns, frame.gap_ns)
-        if verdict.action == DROP:
-            self._reject(outcome, verdict.reason)
-            return self._done(outcome)
-        if verdict.action != ACCEPT:
-            self._end_stream(outcome, verdict.reason, keep_map=False)
+        for verdict, item in self._stream.stamps.decide(frame.stamp_ns, frame.gap_ns, frame):
+            if verdict.action in (DROP, REFUSE):
+                self._reject(outcome, verdict.reason)
+                continue
+            if verdict.action == STAMP_RESTART:
+                self._end_stream(outcome, verdict.reason, keep_map=False)
+            self._take(outcome, item)
+        return self._done(outcome)
+
+    def _take(self, outcome: StepOutcome, frame: InputFrame) -> None:
+        """A frame the stamp rule let through: into the current stream."""
         try:
             image = self.preprocessor(frame.rgb)
         except ImageError as error:
             self._reject(outcome, f"image skipped: {error}")
-            return self._done(outcome)
+            return
         size = (frame.rgb.shape[1], frame.rgb.shape[0])
         known = self._stream.input_wh
         if known is not None and size != known:
@@ -246,7 +255,7 @@ class Mapper:
         state.stamps.accept(frame.stamp_ns)
         index = self._frames_in
         self._frames_in += 1
-        self._last_frame = frame
+        self._last_frame = outcome.taken = frame
         self._model_ms = 0.0
         try:
             if state.windows is not None and state.windows.switch_due:
@@ -254,13 +263,12 @@ class Mapper:
             self._run(outcome, Pending(frame, index, 0, False, image))
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
             self._fail(outcome, frame, index, error)
-            return self._done(outcome)
+            return
         reason = self.long_run.restart_reason(self.session.stats())
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
         else:
             self._store_continuation()
-        return self._done(outcome)
 
     def finish(self) -> StepOutcome:
         """End of the input: a stream shorter than num_scale_frames runs as a short phase 1, and
@@ -610,6 +618,9 @@ class Mapper:
         """The stream's input ends here: buffered frames run as a short phase 1 (``lost``: they
         are dropped, the session may be mid-step), provisional outputs become final."""
         state = self._stream
+        unconfirmed = state.stamps.unconfirmed()   # a reset or the end of the input: nothing followed it
+        if unconfirmed is not None:
+            self._reject(outcome, unconfirmed[0].reason)
         if lost:
             state.run.awaiting.clear()
         else:
@@ -741,7 +752,8 @@ class Mapper:
         last, counts = self._last_frame, self._counts
         self._snapshot = MapperSnapshot(
             state=self._state, state_text=self._state_text, init_frames=self._stream.run.buffered_new(),
-            init_frames_needed=self.settings.num_scale_frames, processed=counts["processed"],
+            init_frames_needed=self.settings.num_scale_frames, held_frames=self._stream.stamps.held,
+            processed=counts["processed"],
             rejected=counts["rejected"], failed=counts["failed"], restarts=counts["restarts"],
             rolled_back=counts["rolled_back"], cleared=counts["cleared"], keyframes=keyframes,
             cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),

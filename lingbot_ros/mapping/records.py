@@ -103,6 +103,7 @@ class StepOutcome:
     final: list[MapperOutput] = dataclasses.field(default_factory=list)
     revised: list[MapperOutput] = dataclasses.field(default_factory=list)   # provisional, new value
     notices: list[Notice] = dataclasses.field(default_factory=list)
+    taken: InputFrame | None = None   # the newest frame the stamp rule let into the stream (the image clock's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +115,7 @@ class MapperSnapshot:
     state_text: str = "waiting for images"
     init_frames: int = 0       # new frames buffered for phase 1 (not yet processed)
     init_frames_needed: int = 0
+    held_frames: int = 0       # held past a forward stamp jump until the next frame decides (stamps.py)
     processed: int = 0         # frames placed (a phase-1 frame counts once its pose is out)
     rejected: int = 0
     failed: int = 0            # frames lost to a model failure (the failing one and those buffered)

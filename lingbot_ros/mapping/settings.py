@@ -190,7 +190,9 @@ class MapperSettings:
                                        "(0 = no cap)", minimum=0, when=LIVE)
     # -- stamps ----------------------------------------------------------------------------------
     max_stamp_gap_s: float = setting(5.0, "a forward gap between image stamps larger than this restarts the "
-                                          "stream and the map (0 = never)", minimum=0, maximum=1e6, when=LIVE)
+                                          "stream and the map once the next frame follows the jump; a single "
+                                          "frame that far ahead is refused (0 = never)", minimum=0, maximum=1e6,
+                                     when=LIVE)
     max_stamp_jitter_s: float = setting(0.5, "a frame stamped at most this much before the previous one is "
                                              "dropped as jitter (counted as rejected); a larger jump back "
                                              "(a looped bag) restarts the stream and the map", minimum=0,

@@ -21,7 +21,7 @@ class Counters:
         self.values = dict.fromkeys(self.FIELDS, 0)
         self.latency_ms = 0.0
         self.last_error = ""
-        self.last_refusal = {}   # input -> the text of its newest refusal (odometry, tf, camera_info)
+        self.last_refusal = {}   # counter -> the text of its newest refusal (images, camera_info, odometry, tf)
         self.last_received_s: float | None = None   # clock() at the newest image
         self._latency_ms_total = 0.0
         self._latency_frames = 0
@@ -32,9 +32,12 @@ class Counters:
             if name == "received":
                 self.last_received_s = self._clock()
 
-    def error(self, text: str) -> None:
+    def error(self, text: str, refusal_of: str = "") -> None:
+        """The newest error; ``refusal_of``: the counter whose newest refusal it is (counted elsewhere)."""
         with self._lock:
             self.last_error = text
+            if refusal_of:
+                self.last_refusal[refusal_of] = text
 
     def refused(self, counter: str, text: str) -> None:
         """One more message of an input refused at the boundary, and why."""

@@ -192,8 +192,11 @@ def _reasons(window: Window, facts: Facts, limits: Limits, quiet_s: float | None
                               f"received)"))
     bad = counts["rejected"] + counts["camera_info_rejected"]
     if bad:
+        newest = "; ".join(facts.refusals[name] for name in ("rejected", "camera_info_rejected")
+                           if counts[name] and facts.refusals.get(name))
         reasons.append((WARN, f"bad input {span}: {counts['rejected']} image(s) and "
-                              f"{counts['camera_info_rejected']} camera_info rejected"))
+                              f"{counts['camera_info_rejected']} camera_info rejected"
+                              + (f" (newest: {newest})" if newest else "")))
     for counter, what in (("odometry_rejected", "odometry"), ("tf_rejected", "TF")):
         if counts[counter]:
             reasons.append((WARN, f"{counts[counter]} {what} message(s) refused {span}: "

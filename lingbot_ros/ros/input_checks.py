@@ -1,4 +1,5 @@
-"""The input boundary for transforms: odometry, /tf and /tf_static, checked before anything uses them.
+"""The input boundary for stamps and transforms: images' stamps, odometry, /tf and /tf_static,
+checked before anything uses them.
 
 One rule per value, one place: a message another node sends is refused here (``Refused`` with
 the reason) or turned into a clean T_parent_child [4, 4]. What is refused:
@@ -10,7 +11,10 @@ the reason) or turned into a clean T_parent_child [4, 4]. What is refused:
   not what a robot can be;
 - a zero stamp, or one far ahead of the image clock (``ImageClock``): one sample stamped an hour
   ahead would make every later one look too old to the odometry buffer;
-- frame ids other than the configured ones (another robot's odometry).
+- frame ids other than the configured ones (another robot's odometry);
+- a camera_info with a non-finite K, a focal length that is not positive or a zero size;
+- an image with a zero or negative stamp (``nonzero_stamp``; what an image stamp means beside
+  that, the stamp rule, is mapping/stamps.py's, shared with the offline tool).
 """
 from __future__ import annotations
 
@@ -65,9 +69,11 @@ def checked_matrix(pose, what: str, max_translation_m: float) -> np.ndarray:
 
 
 class ImageClock:
-    """The image stream's clock: the newest image stamp, advanced by the wall time since it came
-    (so that live odometry stays accepted while images pause). Before any image: ``fallback_ns()``
-    (the node's clock). Thread-safe: image callbacks set it, side-input callbacks read it."""
+    """The image stream's clock: the stamp of the newest image the Mapper took, advanced by the
+    wall time since it was received (so that live odometry stays accepted while images pause).
+    Only taken frames set it: an image refused, dropped as jitter or held past a stamp jump
+    (mapping/stamps.py) would drag it anywhere. Before any image: ``fallback_ns()`` (the node's
+    clock). Thread-safe: the worker sets it, side-input callbacks read it."""
 
     def __init__(self, fallback_ns):
         self._fallback_ns = fallback_ns
@@ -79,10 +85,11 @@ class ImageClock:
         with self._lock:
             return self._image is not None
 
-    def image(self, stamp_ns: int) -> None:
+    def image(self, stamp_ns: int, received_ns: int | None = None) -> None:
+        """``received_ns``: time.monotonic_ns() when the image arrived (None: now)."""
         # The newest image wins even when its stamp went back (a looped bag): the clock follows.
         with self._lock:
-            self._image = (stamp_ns, time.monotonic_ns())
+            self._image = (stamp_ns, time.monotonic_ns() if received_ns is None else received_ns)
 
     def now_ns(self) -> int:
         with self._lock:
@@ -92,13 +99,20 @@ class ImageClock:
         return image[0] + (time.monotonic_ns() - image[1])
 
 
+def nonzero_stamp(stamp, what: str) -> int:
+    """builtin_interfaces/Time -> ns; Refused for a zero or negative stamp (an unset header)."""
+    stamp_ns = messages.stamp_ns(stamp)
+    if stamp_ns <= 0:
+        raise Refused(f"{what}: zero stamp (an unset header)" if stamp_ns == 0 else
+                      f"{what}: negative stamp ({stamp_ns / 1e9:.3f} s)")
+    return stamp_ns
+
+
 def check_stamp(stamp, clock: ImageClock, max_ahead_s: float, what: str, max_behind_s: float | None = None) -> int:
     """builtin_interfaces/Time -> ns; Refused for a zero stamp, one ``max_ahead_s`` ahead of the
     image clock, or (once an image came) one ``max_behind_s`` behind it: too old for any image
     still to come, and it would pass for a stream that went back."""
-    stamp_ns = messages.stamp_ns(stamp)
-    if stamp_ns <= 0:
-        raise Refused(f"{what}: zero stamp (an unset header)")
+    stamp_ns = nonzero_stamp(stamp, what)
     ahead_s = (stamp_ns - clock.now_ns()) / 1e9
     if ahead_s > max_ahead_s:
         raise Refused(f"{what}: stamped {ahead_s:.3f} s ahead of the image clock (max_input_ahead_s="
@@ -119,3 +133,16 @@ def check_odometry(msg, odom_frame: str, base_frame: str, clock: ImageClock, max
     stamp_ns = check_stamp(msg.header.stamp, clock, max_ahead_s, "odometry", max_behind_s)
     pose = checked_transform(msg.pose.pose.position, msg.pose.pose.orientation, "odometry")
     return stamp_ns, pose
+
+
+def check_camera_info(msg) -> str:
+    """sensor_msgs/CameraInfo -> its intrinsics as text (fx fy cx cy, size). Refused for a
+    non-finite K, a focal length that is not positive, or a zero size."""
+    k = [float(v) for v in msg.k]
+    if len(k) != 9 or not all(math.isfinite(v) for v in k):
+        raise Refused(f"camera_info: non-finite K {k}")
+    if k[0] <= 0 or k[4] <= 0:
+        raise Refused(f"camera_info: focal length fx={k[0]:g} fy={k[4]:g} not positive")
+    if not msg.width or not msg.height:
+        raise Refused(f"camera_info: size {msg.width}x{msg.height}")
+    return f"fx={k[0]:.1f} fy={k[4]:.1f} cx={k[2]:.1f} cy={k[5]:.1f} ({msg.width}x{msg.height})"

@@ -6,7 +6,6 @@ Callbacks only decode and hand frames to the worker's inbox; bad input is counte
 from __future__ import annotations
 
 import functools
-import math
 import time
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -16,7 +15,8 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from lingbot_ros.io.image_codec import ImageDecodeError, compressed_to_rgb, image_to_rgb
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.stamps import ReceivedGaps
-from lingbot_ros.ros import messages, topics
+from lingbot_ros.ros import topics
+from lingbot_ros.ros.input_checks import Refused, check_camera_info, nonzero_stamp
 from lingbot_ros.ros.qos import KEEP_ALL_RELIABLE, input_qos
 
 # Bad input is logged at most this often (the counters in ~/status see every frame).
@@ -37,8 +37,9 @@ class Inputs:
         decode = (functools.partial(compressed_to_rgb, strict_jpeg=cfg.strict_jpeg) if compressed
                   else image_to_rgb)
         def events(index, hint=""):   # a publisher whose QoS cannot match delivers nothing: say so, naming it
-            return SubscriptionEventCallbacks(incompatible_qos=lambda event: node.qos_mismatch(
-                self._subscriptions[index].topic_name, event, hint))   # the name with remaps applied
+            return SubscriptionEventCallbacks(incompatible_qos=node.safety.guard(
+                "incompatible QoS event", lambda event: node.qos_mismatch(
+                    self._subscriptions[index].topic_name, event, hint)))   # the name with remaps applied
 
         hint = (" (process_all_frames subscribes reliable, to make the publisher wait instead of losing "
                 "frames: a best-effort camera needs process_all_frames false)" if cfg.process_all_frames else "")
@@ -63,22 +64,22 @@ class Inputs:
         received_ns = time.monotonic_ns()
         self.counters.add("received")
         try:
+            stamp_ns = nonzero_stamp(msg.header.stamp, "image")
             rgb = decode(msg, self.cfg.max_image_pixels)
-        except ImageDecodeError as error:
+        except (Refused, ImageDecodeError) as error:
             self._bad_input("rejected", f"image skipped: {error}")
             return
-        stamp_ns = messages.stamp_ns(msg.header.stamp)
-        self.node.image_clock.image(stamp_ns)
+        # Not the image clock: the worker sets it from the frames the Mapper takes (a stamp an
+        # hour ahead is held there, and refused unless the next frame follows it).
         frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, received_ns=received_ns,
                            gap_ns=self._gaps.gap_ns(stamp_ns))
         self.counters.add("dropped", self.inbox.put(frame))
 
     def _on_camera_info(self, msg) -> None:
-        k = [float(v) for v in msg.k]
-        if not (all(math.isfinite(v) for v in k) and k[0] > 0 and k[4] > 0 and msg.width and msg.height):
-            self._bad_input("camera_info_rejected", f"camera_info skipped: K={k}, size {msg.width}x{msg.height}")
-            return
-        self.camera_info_k = f"fx={k[0]:.1f} fy={k[4]:.1f} cx={k[2]:.1f} cy={k[5]:.1f} ({msg.width}x{msg.height})"
+        try:
+            self.camera_info_k = check_camera_info(msg)
+        except Refused as error:
+            self._bad_input("camera_info_rejected", f"{self._subscriptions[1].topic_name}: {error} (skipped)")
 
     def _bad_input(self, counter: str, text: str) -> None:
         self.counters.refused(counter, text)

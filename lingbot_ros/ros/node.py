@@ -213,6 +213,8 @@ class MapNode(LifecycleNode):
     def _handle_frame(self, frame: InputFrame) -> None:
         self.robot.before_frame(frame)
         outcome = self.mapper.process(frame)
+        if outcome.taken is not None:   # what the stamp rule let in, not every message received
+            self.image_clock.image(outcome.taken.stamp_ns, outcome.taken.received_ns)
         self.report(outcome.notices)
         if not self.context.ok():   # shutting down: nothing can be published any more
             return
@@ -226,7 +228,8 @@ class MapNode(LifecycleNode):
         logger = self.get_logger()
         for notice in notices:
             if notice.kind in (REJECTED, FAILED):
-                self.counters.error(notice.text)
+                # A rejected image's reason is the newest refusal of images (the Mapper counts it).
+                self.counters.error(notice.text, "rejected" if notice.kind == REJECTED else "")
                 log = logger.error if notice.kind == FAILED else logger.warning
                 log(notice.text, throttle_duration_sec=BAD_INPUT_LOG_PERIOD_S)
             else:

@@ -60,8 +60,8 @@ class RobotLink:
         # frames. Best effort matches every publisher, so no QoS can be incompatible.
         self._kept_ns: int | None = None   # the newest odometry sample that passed the checks
         self._subscription = (Tap(node, Odometry, node.resolve_topic_name("~/odometry_in"), ODOMETRY_QOS,
-                                  node.safety.guard("odometry callback", self._on_odometry_raw),
-                                  ODOMETRY_DRAIN_PERIOD_S, group, raw=True)
+                                  self._on_odometry_raw, ODOMETRY_DRAIN_PERIOD_S, group, "odometry callback",
+                                  raw=True)
                               if needs_odometry and not self.from_tf else None)
         self.odometry_topic = self._subscription.topic if self._subscription is not None else ""
         # map -> odom again at a fixed rate, post-dated by transform_timeout_s (slam_toolbox's
@@ -142,7 +142,8 @@ class RobotLink:
             self.mapper.set_camera_mount(pose, f"TF {base} -> {frame_id}")
             logger.info(f"camera mount from TF: {base} -> {frame_id}")
             return
-        if found is not None:   # TF has one, refused: the map is built on the parameter instead
+        if found is not None or (self.lookup is not None and self.lookup.last_refused):
+            # TF has one, refused (here or in the lookup): the map is built on the parameter instead
             self.mount_refusal = (f"the camera mount {base} -> {frame_id} on TF was refused ("
                                   f"{self.counters.last_refusal.get('tf_rejected', '')}): the camera_mount "
                                   "parameter is used")

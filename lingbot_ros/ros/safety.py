@@ -5,7 +5,8 @@ missed. ``SafetyNet.guard(name, fn)`` wraps a subscription, timer or service cal
 exception is counted, logged at ERROR with its traceback the first time for that callback (then
 throttled), counted through ``count`` (/diagnostics: ERROR), and the callback returns None instead of raising into the executor, whose spin would
 re-raise it in main and end the process. ``guard_service`` answers a failure instead (a
-service without a response leaves its client waiting).
+service without a response leaves its client waiting). ``net_of(node)`` is the node's net (the
+map node's counts into its counters), or for a node without one a net that logs only.
 """
 from __future__ import annotations
 
@@ -61,3 +62,9 @@ class SafetyNet:
             self._logger.error(text + "\n" + "".join(traceback.format_exception(error)))
         else:
             self._logger.error(text, throttle_duration_sec=_LOG_PERIOD_S)
+
+
+def net_of(node) -> SafetyNet:
+    """``node.safety`` where the node has a net (map_node), else one that logs to its logger."""
+    net = getattr(node, "safety", None)
+    return net if net is not None else SafetyNet(node.get_logger(), lambda text: None)

@@ -35,6 +35,7 @@ def fill_status(msg, snapshot: MapperSnapshot, inputs: dict, counters: Counters,
     msg.frames_dropped = inputs["dropped"]
     msg.frames_rejected = inputs["rejected"] + snapshot.rejected
     msg.frames_failed = snapshot.failed
+    msg.frames_held = snapshot.held_frames
     msg.restarts = snapshot.restarts
     msg.camera_info_rejected = inputs["camera_info_rejected"]
     msg.odometry_received = inputs["odometry_received"]
@@ -95,6 +96,7 @@ def diagnostic_array(stamp, node_name: str, hardware_id: str, report: Report, sn
             "map_points": str(snapshot.map_points),
             "trajectory_poses": str(snapshot.trajectory_poses),
             "stream_restarts": str(snapshot.restarts),
+            "frames_held": str(snapshot.held_frames),
             "window": str(snapshot.window),
             "window_scale": f"{snapshot.window_scale:.6g}",
             "window_overlap_error": f"{snapshot.window_overlap_error:.4g}",

@@ -4,9 +4,12 @@ rclpy's executor costs far more per callback than the work of an odometry sample
 filter: at 1,000 messages/s the side inputs took the image path half its frames
 (bench/side_input_flood.py). A ``Tap`` subscribes on a node of its own that no executor spins
 (nothing wakes up per message), and a timer on the owner's node takes every message that
-arrived since the last tick and hands each to ``handler(message, info)`` in order.
+arrived since the last tick and hands each to ``handler(message, info)`` in order. Each call
+runs under the node's safety net (ros/safety.py, named ``name``): a handler that raises loses
+its one message, the rest of the batch is still handled.
 
-    tap = Tap(node, Odometry, "/map_node/odometry_in", qos, handler, period_s=0.05, group=group)
+    tap = Tap(node, Odometry, "/map_node/odometry_in", qos, handler, period_s=0.05, group=group,
+              name="odometry callback")
     tap.topic          # the subscribed name
     tap.destroy()
 
@@ -22,17 +25,21 @@ import itertools
 import rclpy
 from rclpy.exceptions import InvalidHandle
 
+from lingbot_ros.ros.safety import net_of
+
 _names = itertools.count()
 
 
 class Tap:
-    def __init__(self, node, msg_type, topic: str, qos, handler, period_s: float, group, raw: bool = False):
-        self._node, self._type, self._raw, self._handler = node, msg_type, raw, handler
+    def __init__(self, node, msg_type, topic: str, qos, handler, period_s: float, group, name: str,
+                 raw: bool = False):
+        net = net_of(node)
+        self._node, self._type, self._raw, self._handler = node, msg_type, raw, net.guard(name, handler)
         self._tap = rclpy.create_node(f"{node.get_name()}_tap_{next(_names)}", namespace=node.get_namespace(),
                                       context=node.context, start_parameter_services=False, enable_rosout=False)
         self._subscription = self._tap.create_subscription(msg_type, topic, lambda *_: None, qos, raw=raw)
         self.topic = self._subscription.topic_name
-        self._timer = node.create_timer(period_s, self.drain, callback_group=group)
+        self._timer = node.create_timer(period_s, net.guard(f"{name} (batch)", self.drain), callback_group=group)
 
     def drain(self) -> None:
         """Hand every message that arrived to the handler (a callback's work, in batch)."""

@@ -40,6 +40,7 @@ from lingbot_ros.mapping.frames import rigid_inverse
 from lingbot_ros.ros.input_checks import Refused, checked_transform
 from lingbot_ros.ros.messages import TF_STATIC_TOPIC, TfUnavailable, tf_message_type
 from lingbot_ros.ros.qos import TF_STATIC_QOS
+from lingbot_ros.ros.safety import net_of
 
 # Frames named in a failed lookup's explanation, at most (a URDF can have hundreds).
 _FRAMES_NAMED = 12
@@ -113,7 +114,8 @@ class StaticTfListener:
         self._tree = StaticTree()
         self._lock = threading.Lock()
         self._subscription = node.create_subscription(
-            tf_message_type(), TF_STATIC_TOPIC, self._on_message, TF_STATIC_QOS,
+            tf_message_type(), TF_STATIC_TOPIC, net_of(node).guard("/tf_static listener", self._on_message),
+            TF_STATIC_QOS,
             callback_group=MutuallyExclusiveCallbackGroup())
 
     def _on_message(self, msg) -> None:
@@ -172,6 +174,7 @@ class TfLookup:
             raise TfUnavailable("TfLookup backend tf2_ros: tf2_ros is not importable (source a ROS distro "
                                 "that has it, or use backend tf_static)")
         self.last_failure = ""
+        self.last_refused = False   # the last lookup found a transform and refused it (input_checks)
         self._on_refused = on_refused
         self._tf2_ros = tf2_ros
         if tf2_ros is not None:
@@ -210,6 +213,7 @@ class TfLookup:
     def _tf2_lookup(self, target_frame: str, source_frame: str, time, timeout_s: float) -> np.ndarray | None:
         from rclpy.duration import Duration
 
+        self.last_refused = False
         try:
             transform = self._buffer.lookup_transform(target_frame, source_frame, time,
                                                       timeout=Duration(seconds=timeout_s))
@@ -220,7 +224,7 @@ class TfLookup:
             return checked_transform(transform.transform.translation, transform.transform.rotation,
                                      f"TF {target_frame} -> {source_frame}")
         except Refused as error:
-            self.last_failure = str(error)
+            self.last_failure, self.last_refused = str(error), True
             if self._on_refused is not None:
                 self._on_refused(str(error))
             return None

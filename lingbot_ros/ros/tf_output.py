@@ -53,6 +53,7 @@ from lingbot_ros.ros.messages import (TF_STATIC_TOPIC, TF_TOPIC, TfUnavailable, 
                                       transform_stamped)
 from lingbot_ros.ros.params import TF_MODES
 from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS
+from lingbot_ros.ros.safety import net_of
 from lingbot_ros.ros.tap import Tap
 
 # Best effort matches every /tf publisher, reliable or not; a dropped sample costs nothing here,
@@ -115,10 +116,12 @@ class TfConflictWatch:
         # CDR string is its length (NUL included) then its bytes and a NUL, little or big endian.
         self._needles = tuple(struct.pack(order + "I", len(name.encode()) + 1) + name.encode() + b"\0"
                               for name in self.child_frames for order in "<>")
-        self._tap = Tap(node, tf_message, TF_TOPIC, _WATCH_QOS, self._on_tf_raw, DRAIN_PERIOD_S, group, raw=True)
+        self._tap = Tap(node, tf_message, TF_TOPIC, _WATCH_QOS, self._on_tf_raw, DRAIN_PERIOD_S, group,
+                        "TF conflict watch (/tf)", raw=True)
         self._subscriptions = [
-            node.create_subscription(tf_message, TF_STATIC_TOPIC, self._on_tf_static, TF_STATIC_QOS,
-                                     callback_group=group),
+            node.create_subscription(tf_message, TF_STATIC_TOPIC,
+                                     net_of(node).guard("TF conflict watch (/tf_static)", self._on_tf_static),
+                                     TF_STATIC_QOS, callback_group=group),
         ]
 
     def published(self, child: str, parent: str, stamp_ns: int) -> None:
