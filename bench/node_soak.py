@@ -50,6 +50,7 @@ def main(argv=None) -> int:
 
     from lingbot_ros.io.image_codec import fill_image
     from lingbot_ros.msg import MapStatus
+    from lingbot_ros.ros.status import frames_accounted
 
     domain = 1 + os.getpid() % 100
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
 
         def accounted() -> int:
             s = latest.get("status")
-            return 0 if s is None else s.frames_processed + s.frames_dropped + s.frames_rejected + s.frames_failed
+            return 0 if s is None else frames_accounted(s)
 
         for i in range(args.frames):
             while i - accounted() > args.max_lead:

@@ -23,6 +23,7 @@ from std_srvs.srv import Trigger
 from helpers import (BAG_TOPIC, MapStatus, SaveMap, double_parameter, integer_parameter, interrupt_and_check_exit,
                      string_parameter, synthetic_jpeg)
 from lingbot_ros.mapping.export import read_ply, read_tum
+from lingbot_ros.ros.status import frames_accounted
 
 tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not importable (scripts/setup.sh builds it)")
 from geometry_msgs.msg import TransformStamped  # noqa: E402
@@ -38,10 +39,7 @@ def _set(ros, parameter):
 
 
 def _balanced(status) -> bool:
-    # A frame buffered for phase 1 (init_frames) is accounted for but not yet processed.
-    # A frame held past a forward stamp jump (frames_held) waits for the next frame to decide it.
-    return status.frames_received == (status.frames_processed + status.init_frames + status.frames_dropped
-                                      + status.frames_rejected + status.frames_failed + status.frames_held)
+    return status.frames_received == frames_accounted(status)
 
 
 def _diagnostics_text(ros) -> str:
@@ -195,18 +193,26 @@ def _finite_poses(ros) -> None:
         assert all(math.isfinite(v) for v in (p.x, p.y, p.z, q.x, q.y, q.z, q.w)), pose
 
 
-def test_hostile_image_stamps_are_refused_or_held_and_the_stream_goes_on(ros, tiny):
-    fixture, _ = tiny
-    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
-                          "diagnostics_window_s:=120.0")
+def _mapping_four_frames(ros, fixture, start_s: float, side_type, side_topic: str, *params):
+    """A node taking every frame (reliable images), a publisher of ``side_type`` on ``side_topic``
+    matched, four good frames from ``start_s`` processed and a /diagnostics tick seen after them
+    (its window counts from the active node's first tick). Returns (node, images, side)."""
+    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "diagnostics_window_s:=120.0",
+                          *params)
     ros.wait(lambda: ros.statuses, "the node's first status")
     images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
-    odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
-    ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count(), "the node's subscriptions")
+    side = ros.node.create_publisher(side_type, side_topic, RELIABLE)
+    ros.wait(lambda: images.get_subscription_count() and side.get_subscription_count(), "the node's subscriptions")
     for i in range(4):
-        images.publish(synthetic_jpeg(i, 400.0 + 0.1 * i))
+        images.publish(synthetic_jpeg(i, start_s + 0.1 * i))
     _alive_and_balanced(ros, node, 4)
     ros.wait(lambda: ros.diagnostic("frames_received") == "4", "a /diagnostics array after the first images")
+    return node, images, side
+
+
+def test_hostile_image_stamps_are_refused_or_held_and_the_stream_goes_on(ros, tiny):
+    node, images, odometry = _mapping_four_frames(ros, tiny[0], 400.0, Odometry, "/map_node/odometry_in",
+                                                  "tf_mode:=map_to_odom")
 
     # An unset header: refused where the image enters, never reaching the Mapper.
     images.publish(synthetic_jpeg(4, 0.0))
@@ -253,19 +259,10 @@ def _camera_info(fx=100.0, fy=100.0, cx=64.0, cy=48.0, width=128, height=96) -> 
 
 
 def test_hostile_camera_info_is_refused_and_a_good_one_afterwards_is_used(ros, tiny):
-    fixture, _ = tiny
     nan, inf = float("nan"), float("inf")
-    node = ros.start_node(fixture, "process_all_frames:=true", "image_qos:=reliable", "use_camera_info:=true",
-                          "camera_info_qos:=reliable", "camera_info_qos_depth:=50", "diagnostics_window_s:=120.0")
-    ros.wait(lambda: ros.statuses, "the node's first status")
-    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
-    info = ros.node.create_publisher(CameraInfo, "/map_node/camera_info", RELIABLE)
-    ros.wait(lambda: images.get_subscription_count() and info.get_subscription_count(), "the node's subscriptions")
-    for i in range(4):
-        images.publish(synthetic_jpeg(i, 500.0 + 0.1 * i))
-    _alive_and_balanced(ros, node, 4)
-    # A diagnostics tick of the active node first: its window counts from its first tick.
-    ros.wait(lambda: ros.diagnostic("frames_received") == "4", "a /diagnostics array after the first images")
+    node, images, info = _mapping_four_frames(ros, tiny[0], 500.0, CameraInfo, "/map_node/camera_info",
+                                              "use_camera_info:=true", "camera_info_qos:=reliable",
+                                              "camera_info_qos_depth:=50")
     bad = {"NaN focal": _camera_info(fx=nan), "zero focal": _camera_info(fy=0.0),
            "negative focal": _camera_info(fx=-100.0), "zero width": _camera_info(width=0),
            "zero height": _camera_info(height=0), "inf principal point": _camera_info(cx=inf)}

@@ -13,6 +13,15 @@ FRAME_COUNTS = ("received", "processed", "dropped", "rejected", "failed", "camer
                 "odometry_received", "odometry_rejected", "tf_rejected", "callback_errors")
 
 
+def frames_accounted(status) -> int:
+    """The frames a MapStatus accounts for: processed, buffered for phase 1 (``init_frames``, not
+    placed yet), dropped, rejected, failed and held past a stamp jump (``frames_held``: the next
+    frame decides them). Equal to ``frames_received`` once nothing is in flight; a front end that
+    paces itself by the node counts these, or it waits on a held frame only its next one decides."""
+    return (status.frames_processed + status.init_frames + status.frames_dropped + status.frames_rejected
+            + status.frames_failed + status.frames_held)
+
+
 SAME_NAMED = ("init_frames", "init_frames_needed", "keyframes", "cache_pages", "cache_bytes", "model_ms",
               "map_points", "trajectory_poses", "window", "window_scale", "window_overlap_error", "scale_known",
               "scale")

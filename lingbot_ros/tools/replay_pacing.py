@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
+from lingbot_ros.ros.status import frames_accounted
+
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 
 
@@ -92,10 +94,10 @@ class NodePacing:
         return waited
 
     def _on_status(self, status) -> None:
-        # Frames buffered for phase 1 are not processed yet, but the node holds them: counting
-        # them keeps a phase 1 longer than the lead from waiting on frames that are held back.
-        total = (status.frames_processed + status.frames_rejected + status.frames_failed
-                 + status.frames_dropped + status.init_frames)
+        # Frames buffered for phase 1 or held past a stamp jump are not processed yet, but the
+        # node holds them: counting them keeps a phase 1 longer than the lead (or a held frame,
+        # which only the next one decides) from waiting on frames that are held back.
+        total = frames_accounted(status)
         with self._changed:
             if self._last_total is not None:
                 # The counters restart at 0 when the node is configured again.

@@ -119,6 +119,7 @@ def _main(argv) -> int:
     from lingbot_ros.ros.main import shut_down_executor
     from lingbot_ros.ros.node import MapNode
     from lingbot_ros.ros.services import SaveMap
+    from lingbot_ros.ros.status import frames_accounted
 
     width = args.image_width or (518 if args.checkpoint else 252)
     rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)   # tools/interrupts.py
@@ -154,8 +155,7 @@ def _main(argv) -> int:
         while time.monotonic() - start < args.timeout:
             status = node.status_message()
             # Frames buffered for phase 1 are held, not processed: a save holds the processed ones.
-            accounted = (status.frames_processed + status.frames_rejected + status.frames_failed
-                         + status.frames_dropped + status.init_frames)
+            accounted = frames_accounted(status)
             display.update(accounted, f"{status.state_text[:22]}, received {status.frames_received}, "
                                       f"dropped {status.frames_dropped}, cache pages {status.cache_pages}")
             if accounted >= args.frames:
