@@ -35,11 +35,14 @@ TIMEOUT = 60.0
 
 class FakeNode:
     """Accounts for one queued image per period (every 4th as rejected, the rest processed) and
-    stops doing anything after ``stop_after`` images, like a node that died."""
+    stops doing anything after ``stop_after`` images, like a node that died. Image ``hold`` is
+    held (``frames_held``) until the next one arrives, as the node holds a frame whose stamp
+    jumped ahead until the next frame decides it."""
 
-    def __init__(self, node, stop_after: int | None = None):
+    def __init__(self, node, stop_after: int | None = None, hold: int | None = None):
         self.node = node
         self.stop_after = stop_after
+        self.hold, self.held = hold, 0
         self.stamps: list[int] = []   # header stamps of the received images, in arrival order
         self.leads: list[int] = []    # at each received image: its index - images accounted for
         self.processed = self.rejected = 0
@@ -65,6 +68,12 @@ class FakeNode:
         if self.stop_after is not None and self.accounted == self.stop_after:
             self.timer.cancel()
             return
+        if self.accounted == self.hold and len(self.stamps) == self.hold + 1:
+            if not self.held:
+                self.held = 1
+                self._publish()
+            return
+        self.held = 0
         if (self.accounted + 1) % 4 == 0:
             self.rejected += 1
         else:
@@ -76,6 +85,7 @@ class FakeNode:
         status.frames_received = BASE + len(self.stamps)   # runs ahead: not what the player may use
         status.frames_processed = BASE + self.processed
         status.frames_rejected = self.rejected
+        status.frames_held = self.held
         self.status.publish(status)
 
 
@@ -149,5 +159,19 @@ def test_a_node_that_stops_answering_makes_the_player_give_up(bag, tmp_path):
         assert "/fake_node accounted for 5 of 8 images and sent no status for 5 s" in probe.output(player)
         wait_until(lambda: fake.stamps, "the first image", TIMEOUT)
         assert len(fake.stamps) <= 5 + MAX_LEAD and max(fake.leads) <= MAX_LEAD
+    finally:
+        probe.close()
+
+
+def test_a_frame_the_node_holds_counts_as_accounted_so_the_player_sends_the_one_that_decides_it(bag, tmp_path):
+    expected = bag_stamps(bag)
+    probe = Probe(tmp_path, node_name="fake_node")
+    try:
+        fake = FakeNode(probe.node, hold=10)
+        # At lead 1 a player that waited for the held image to be processed would send nothing
+        # more, the node nothing either: no status for --node-timeout, and the player fails.
+        player = replay(probe, bag, "--wait-for-node", "/fake_node", "--max-lead", "1", "--node-timeout", "5")
+        assert player.wait(TIMEOUT) == 0, probe.output(player)
+        assert fake.stamps == expected and fake.accounted == len(expected) and fake.held == 0
     finally:
         probe.close()
