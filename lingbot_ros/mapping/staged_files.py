@@ -45,7 +45,7 @@ class StagedFiles:
         if path in self._staged:
             raise ValueError(f"{path} is staged twice")
         if path.is_dir() and not path.is_symlink():
-            raise IsADirectoryError(f"{path} is a directory: nothing was written")
+            raise IsADirectoryError(f"{path} is a directory, not a regular file: nothing was written")
         if path.exists() and not path.is_symlink() and not path.is_file():
             raise OSError(f"{path} exists and is not a regular file: nothing was written")
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
