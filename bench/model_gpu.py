@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto", help="attention backend: auto, torch, flashinfer")
     p.add_argument("--warmup", type=int, default=3, help="untimed phase-2 frames before timing")
     p.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    p.add_argument("--also-fp8", action="store_true",
+                   help="also the error of the mixed-precision path with the FP8 K/V cache (kv_cache_dtype fp8)")
     p.add_argument("--error-parts", action="store_true",
                    help="also the mixed-precision error with graphs and fused blocks on one at a time (CUDA)")
     args = p.parse_args(argv)
@@ -117,6 +119,10 @@ def main(argv=None) -> int:
     err32 = {k: relative_error(fast32, ref, k) for k in keys}
     # Which optimisation moves the mixed-precision error: each one alone against the reference.
     parts = {}
+    if args.also_fp8:
+        alone, _ = run(model, replace(settings, kv_cache_dtype="fp8"), frames, device)
+        parts["fp8 K/V cache (defaults otherwise)"] = {k: relative_error(alone, ref, k) for k in keys}
+        del alone
     if args.error_parts and device.type == "cuda":
         for label, kw in (("no graph, no fusion", dict(cuda_graphs=False, fused_blocks=False)),
                           ("graph (split attention), no fusion", dict(fused_blocks=False)),

@@ -151,6 +151,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sync-check-frames", type=int, default=5,
                     help="phase-2 frames streamed under torch's sync debug mode (CUDA only; 0 = skip)")
     ap.add_argument("--no-write", action="store_true", help="do not append the table to bench/README.md")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="run only the variants whose names start with these words (e.g. default fp8)")
     args = ap.parse_args(argv)
 
     torch.manual_seed(0)
@@ -175,6 +177,11 @@ def main(argv=None) -> int:
     if not args.no_graphs:
         variants.append(("eager (CUDA graphs and fused blocks off)",
                          replace(settings, cuda_graphs=False, fused_blocks=False), args.variant_frames, "plain"))
+    # The FP8 K/V cache over as many frames as the default run: its speed and peak memory at
+    # frames 1,000-2,000 are the figures that count.
+    variants.append(("fp8 K/V cache", replace(settings, kv_cache_dtype="fp8"), args.frames, "plain"))
+    if args.only:
+        variants = [v for v in variants if any(v[0].startswith(word) for word in args.only)]
     rows = []
     for name, variant, frames, pattern in variants:
         print(f"running {name}: {frames} frames", file=sys.stderr, flush=True)

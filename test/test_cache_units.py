@@ -48,6 +48,7 @@ def test_released_sizes_match_the_spec():
     ("camera_only", 1, "camera_only must be a bool"),
     ("max_special_tokens", -5, "max_special_tokens must be None or an int >= 0"),
     ("dtype", torch.int32, "floating torch.dtype"),
+    ("kv_dtype", torch.float16, "kv_dtype must be None"),
 ])
 def test_spec_rejects_bad_fields_saying_which(field, value, words):
     with pytest.raises(ValueError, match=words):
@@ -188,6 +189,40 @@ def test_float32_matches_dense_reference():
         keys = torch.cat([f[0] for f in frames] + [s[0] for s in specials])
         values = torch.cat([f[1] for f in frames] + [s[1] for s in specials])
         torch.testing.assert_close(out, dense_attention(q, keys, values), atol=1e-5, rtol=1e-5)
+
+
+def test_float8_storage_is_attention_over_e4m3_rounded_keys_and_values():
+    """kv_dtype=float8: the pools hold K/V rounded to e4m3 (saturating at +-448), and attention
+    over them equals the dense reference over the rounded values, through evictions (special
+    copies in float8), a non-keyframe, a rollback and pool growth."""
+    fp8 = torch.float8_e4m3fn
+    spec = tiny_spec(dtype=torch.float32, kv_dtype=fp8, num_layers=1, tokens_per_frame=9,
+                     special_tokens=6, scale_frames=2, sliding_window=2, special_chunk_pages=1)
+    cache = PagedKVCache(spec, backend="torch")
+    assert cache.layer_pool(0).dtype == fp8 and spec.token_bytes * 4 == tiny_spec(
+        dtype=torch.float32, num_layers=1).token_bytes
+    rounded = lambda x: x.clamp(-448, 448).to(fp8).float()
+    g = torch.Generator().manual_seed(2)
+    frames, specials = [], []
+    for step in range(9):
+        q, k, v = (torch.randn(9, 2, 4, generator=g) * 30 for _ in range(3))
+        k[0, 0, 0] = 1e4                     # past e4m3's range: saturates, never NaN
+        store = step != 5
+        cache.begin_step(1, store=store)
+        current = [(rounded(k), rounded(v))]
+        if store:
+            frames.append(current[0])
+            current = []
+            if len(frames) > 4:
+                gone = frames.pop(2)
+                specials.append((gone[0][:6], gone[1][:6]))
+        out = cache.attend(0, q, k, v)
+        seen = frames + current
+        keys = torch.cat([f[0] for f in seen] + [s[0] for s in specials])
+        values = torch.cat([f[1] for f in seen] + [s[1] for s in specials])
+        torch.testing.assert_close(out, dense_attention(q, keys, values), atol=1e-4, rtol=1e-4)
+        assert torch.isfinite(out).all()
+    assert cache.stats().special_pages > 1   # the special stream grew: its float8 pages were copied
 
 
 @pytest.mark.parametrize("flags, per_frame", [

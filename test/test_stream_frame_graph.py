@@ -46,14 +46,16 @@ def drive(session, frames):
     return out
 
 
-def test_graph_replay_matches_eager_through_growth_rollback_and_reset(monkeypatch):
-    """Graph replay vs the same step run eagerly (fused blocks and split attention in both)."""
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_graph_replay_matches_eager_through_growth_rollback_and_reset(monkeypatch, kv_cache_dtype):
+    """Graph replay vs the same step run eagerly (fused blocks and split attention in both), with
+    the KV cache in bf16 and in float8 (FlashInfer's FP8 kernel in both)."""
     # The camera cache starts at 64 rows, as without graphs, so that it doubles within the run.
     monkeypatch.setattr("lingbot_ros.stream.session.GRAPH_CAMERA_CAPACITY", 64)
     model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
     frames = torch.rand(140, 3, H, W, generator=torch.Generator().manual_seed(2)).cuda()
-    fast = StreamingSession(model, settings())
-    slow = StreamingSession(model, settings(cuda_graphs=False))
+    fast = StreamingSession(model, settings(kv_cache_dtype=kv_cache_dtype))
+    slow = StreamingSession(model, settings(cuda_graphs=False, kv_cache_dtype=kv_cache_dtype))
     got, expected = drive(fast, frames), drive(slow, frames)
     graph = fast._graph
     # First capture, special-stream growth (several times), camera cache 64 -> 128 rows.

@@ -278,6 +278,22 @@ def test_bfloat16_runs_close_to_float32(model, frames):
         assert ((a - b).norm() / b.norm()) < 0.05
 
 
+def test_fp8_kv_cache_runs_close_to_float32_in_half_the_memory(model, frames):
+    """kv_cache_dtype=fp8 on the CPU (K/V rounded to e4m3 in the pools, attention in float32):
+    the same stream within e4m3's rounding of the float32 outputs, and pools a quarter of
+    float32's (half of bf16's)."""
+    ref_session = StreamingSession(model, small())
+    fp8_session = StreamingSession(model, small(kv_cache_dtype="fp8"))
+    ref, low = run(ref_session, frames[:8]), run(fp8_session, frames[:8])
+    for key in ("pose_enc", "depth", "world_points"):
+        a = torch.stack([getattr(r, key) for r in low])
+        b = torch.stack([getattr(r, key) for r in ref])
+        assert torch.isfinite(a).all()
+        assert 0 < ((a - b).norm() / b.norm()) < 0.05, key
+    full, half = (s.stats()["kv_cache"].bytes_allocated for s in (ref_session, fp8_session))
+    assert half * 4 == full
+
+
 def test_resident_bfloat16_weights_give_the_autocast_outputs(frames):
     """store_matmul_weights rounds the weights once, as autocast does at every call: same outputs."""
     masters = build_model(ModelConfig.preset("tiny"), seed=3)
@@ -301,6 +317,7 @@ def test_resident_bfloat16_weights_give_the_autocast_outputs(frames):
     (dict(keyframe_interval=0), "keyframe_interval must be an int >= 1"),
     (dict(dtype="float64"), "dtype must be"),
     (dict(attention_backend="magic"), "attention_backend"),
+    (dict(kv_cache_dtype="int8"), "kv_cache_dtype must be one of"),
     (dict(max_special_tokens=-1), "max_special_tokens"),
 ])
 def test_settings_that_make_no_sense_are_refused(kw, message):

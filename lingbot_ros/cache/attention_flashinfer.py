@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from .kv_storage import FP8, to_storage
 from .partials import PartialAttention
 from .spec import CacheSpec
 from .step_table import StepTable
@@ -36,7 +37,7 @@ def flashinfer_available(spec: CacheSpec) -> bool:
     """True when FlashInfer can serve this spec: CUDA device, half dtype, a head size it is
     built for, package importable."""
     if (spec.device.type != "cuda" or spec.dtype not in (torch.float16, torch.bfloat16)
-            or spec.head_dim not in HEAD_DIMS):
+            or spec.storage_dtype not in (spec.dtype, FP8) or spec.head_dim not in HEAD_DIMS):
         return False
     try:
         import flashinfer  # noqa: F401
@@ -57,7 +58,11 @@ class FlashInferAttention:
     runs' results unmerged (`PartialAttention`). The cache plans a step in this form only when
     at least `min_static_pages` pages are visible. Its page-index buffer is sized to the pool;
     `generation` counts its rebuilds and the query buffer's (a captured graph is stale after
-    one)."""
+    one).
+
+    Float8 K/V (`spec.kv_dtype`) run FlashInfer's Hopper FP8 kernel, which takes the queries in
+    e4m3 too (its only FP8 form with the FA3 speed: with bf16 queries FlashInfer dequantizes
+    in FA2 at less than half the speed, bench/README.md); the output stays in `spec.dtype`."""
 
     name = "flashinfer"
     supports_graphs = True
@@ -67,7 +72,7 @@ class FlashInferAttention:
             raise ValueError(f"the flashinfer backend needs a CUDA device, not {spec.device}; "
                              "use backend='torch'")
         if spec.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"the flashinfer backend stores float16/bfloat16, not {spec.dtype}; "
+            raise ValueError(f"the flashinfer backend computes in float16/bfloat16, not {spec.dtype}; "
                              "set CacheSpec.dtype or use backend='torch'")
         try:
             import flashinfer
@@ -75,6 +80,7 @@ class FlashInferAttention:
             raise ValueError("backend='flashinfer' but the flashinfer package does not import "
                              f"({error}); install flashinfer-python or use backend='torch'") from error
         self.spec = spec
+        self._q_dtype = spec.storage_dtype   # e4m3 queries for e4m3 K/V (see the class docstring)
         self.generation = 0
         self._flashinfer = flashinfer
         # Both wrappers plan into the same float workspace: only one step is planned at a time.
@@ -110,8 +116,8 @@ class FlashInferAttention:
             self._batch.plan(
                 table.host_qo_indptr, table.host_kv_indptr, table.pages_i32, table.host_last_page_len,
                 num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
-                head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
-                causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
+                head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame, causal=False,
+                q_data_type=self._q_dtype, kv_data_type=spec.storage_dtype, o_data_type=spec.dtype)
         self._planned.record()
 
     def _plan_split(self, table: StepTable, num_pool_pages: int) -> None:
@@ -120,7 +126,7 @@ class FlashInferAttention:
             self._build_graph_wrapper(num_pool_pages)
         if self._split_queries is None or self._split_queries.shape[1] != T:
             self._split_queries = torch.empty((splits, T, spec.num_heads, spec.head_dim),
-                                              dtype=spec.dtype, device=spec.device)
+                                              dtype=self._q_dtype, device=spec.device)
             self._split_qo_indptr = torch.arange(splits + 1, dtype=torch.int32) * T
             self.generation += 1
         self._active = self._graph_wrapper
@@ -133,11 +139,12 @@ class FlashInferAttention:
         self._graph_wrapper.plan(
             self._split_qo_indptr, kv_indptr, table.pages_i32, last_page_len,
             num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
-            head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame,
-            causal=False, q_data_type=spec.dtype, kv_data_type=spec.dtype)
+            head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame, causal=False,
+            q_data_type=self._q_dtype, kv_data_type=spec.storage_dtype, o_data_type=spec.dtype)
 
     def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor | PartialAttention:
         """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D], or its `kv_splits` parts."""
+        q = to_storage(q, self._q_dtype)
         if self._active is self._batch:
             return self._batch.run(q, pool)
         queries = self._split_queries

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .kv_storage import from_raw, raw
 from .spec import CacheSpec
 from .step_table import StepTable
 
@@ -33,7 +34,8 @@ class TorchAttention:
     def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D] (contiguous)."""
         heads, dim = self.spec.num_heads, self.spec.head_dim
-        kv = pool.view(-1, heads, dim).index_select(0, self._rows).view(2, 1, -1, heads, dim)
+        kv = raw(pool).view(-1, heads, dim).index_select(0, self._rows).view(2, 1, -1, heads, dim)
+        kv = from_raw(kv, pool.dtype).to(q.dtype)
         # SDPA's fused CUDA kernels (cuDNN, flash) need a batch axis: [1, H, T, D] views. With 3-D
         # inputs it falls back to the math kernel, which materialises every T x Tk score.
         out = F.scaled_dot_product_attention(            # [1, H, T, D]

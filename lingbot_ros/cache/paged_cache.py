@@ -25,6 +25,7 @@ import torch
 from .attention_flashinfer import FlashInferAttention, flashinfer_available
 from .attention_torch import TorchAttention
 from .errors import CacheError, CacheExhausted, NothingToRollback
+from .kv_storage import raw, to_storage
 from .page_pool import PagePool
 from .partials import PartialAttention
 from .patch_stream import PatchStream
@@ -136,19 +137,21 @@ class PagedKVCache:
         """This layer's device work of the step except attention: copy evicted frames'
         specials into the special stream, then write k, v `[F*P, H, D]` to the step's pages."""
         step = self._require_step(k)
-        pool = self._pools[layer]
+        spec = self.spec
+        pool = raw(self._pools[layer])
         if step.copy_src.numel():
             # Before the new frames' writes: a source page may be handed out again later.
-            rows = pool.view(-1, self.spec.num_heads, self.spec.head_dim)
+            rows = pool.view(-1, spec.num_heads, spec.head_dim)
             rows.index_copy_(0, step.copy_dst, rows.index_select(0, step.copy_src))
-        frames = (step.num_frames, self.spec.tokens_per_frame, self.spec.num_heads, self.spec.head_dim)
-        pool[:, 0].index_copy_(0, step.write_pages, k.reshape(frames))
-        pool[:, 1].index_copy_(0, step.write_pages, v.reshape(frames))
+        frames = (step.num_frames, spec.tokens_per_frame, spec.num_heads, spec.head_dim)
+        pool[:, 0].index_copy_(0, step.write_pages, raw(to_storage(k, spec.storage_dtype)).reshape(frames))
+        pool[:, 1].index_copy_(0, step.write_pages, raw(to_storage(v, spec.storage_dtype)).reshape(frames))
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                merge: bool = True) -> torch.Tensor | PartialAttention:
         """q, k, v `[F*P, H, D]` (k already rotated, dtype = spec.dtype) -> out `[F*P, H, D]`:
-        `write(layer, k, v)`, then non-causal softmax attention over the visible pages.
+        `write(layer, k, v)`, then non-causal softmax attention over the visible pages (with a
+        float8 `kv_dtype`, over K and V as stored: rounded to e4m3).
         merge=False: the backend may return its results over disjoint page runs unmerged, for
         the caller to merge inside its own fused kernel."""
         self.write(layer, k, v)
@@ -324,7 +327,7 @@ class PagedKVCache:
         spec = self.spec
         # Zeroed so that never-written slots can't hold NaN/Inf garbage.
         return torch.zeros((num_pages, 2, spec.tokens_per_frame, spec.num_heads, spec.head_dim),
-                           dtype=spec.dtype, device=spec.device)
+                           dtype=spec.storage_dtype, device=spec.device)
 
     def _index_capacity(self) -> int:
         """Upper bound of one step's index values before the special stream grows."""

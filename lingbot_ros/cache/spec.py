@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .kv_storage import FP8
+
 
 @dataclass(frozen=True)
 class CacheSpec:
@@ -30,8 +32,10 @@ class CacheSpec:
     deferred_capacity: int = 8       # pages of evicted (or dropped) frames waiting for flush()
     special_chunk_pages: int = 4     # special stream grows by this many pages at a time
     max_special_tokens: int | None = None  # cap on the special stream; None = unbounded
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype = torch.float32   # the queries' and outputs' dtype
     device: torch.device | str = "cpu"
+    # What the pools store K and V in: None = `dtype`, or float8 e4m3 (`kv_storage.FP8`).
+    kv_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "head_dim", "tokens_per_frame", "special_tokens",
@@ -55,10 +59,18 @@ class CacheSpec:
             raise ValueError(f"CacheSpec.max_special_tokens must be None or an int >= 0, got {cap!r}")
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise ValueError(f"CacheSpec.dtype must be a floating torch.dtype, got {self.dtype!r}")
+        if self.kv_dtype not in (None, self.dtype, FP8):
+            raise ValueError(f"CacheSpec.kv_dtype must be None, the spec's dtype ({self.dtype}) or "
+                             f"{FP8}, got {self.kv_dtype!r}")
         # Normalise so that comparisons and tensor factories see one type.
         object.__setattr__(self, "device", torch.device(self.device))
 
     # ---- derived sizes ----------------------------------------------------------------------
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """The dtype of the pools."""
+        return self.kv_dtype or self.dtype
 
     @property
     def frame_pages(self) -> int:
@@ -93,7 +105,7 @@ class CacheSpec:
     @property
     def token_bytes(self) -> int:
         """Bytes of one token's K and V over all layers."""
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        itemsize = torch.empty((), dtype=self.storage_dtype).element_size()
         return self.num_layers * 2 * self.num_heads * self.head_dim * itemsize
 
     @property

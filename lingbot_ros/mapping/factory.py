@@ -55,7 +55,7 @@ def stream_settings(settings: MapperSettings) -> StreamSettings:
         # the rollback exact (nothing is evicted until the flush).
         defer_evictions=settings.keyframe_policy == "motion",
         dtype=settings.dtype, attention_backend=settings.attention_backend,
-        cuda_graphs=settings.cuda_graphs, fused_blocks=settings.fused_blocks)
+        kv_cache_dtype=settings.kv_cache_dtype, cuda_graphs=settings.cuda_graphs, fused_blocks=settings.fused_blocks)
 
 
 def load_model(settings: MapperSettings, device: str) -> tuple[LingBotMap, str]:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..stream import SettingsError   # one error type for every settings problem
-from ..stream.settings import BACKENDS, DTYPES
+from ..stream.settings import BACKENDS, DTYPES, KV_CACHE_DTYPES
 from .metric_scale import SCALE_SOURCES
 from .similarity import ESTIMATORS
 
@@ -128,6 +128,10 @@ class MapperSettings:
     dtype: str = setting("auto", "auto (bfloat16 on CUDA, float32 on the CPU), float32, float16 or bfloat16",
                          choices=("auto", *DTYPES))
     attention_backend: str = setting("auto", "auto, torch or flashinfer", choices=BACKENDS)
+    kv_cache_dtype: str = setting("auto", "what the global KV cache stores: auto = the compute dtype; fp8 = "
+                                          "float8 e4m3, half the memory and faster attention on CUDA, at "
+                                          "e4m3's rounding error (bench/README.md, FP8)",
+                                  choices=KV_CACHE_DTYPES)
     cuda_graphs: bool = setting(True, "replay each frame step as captured CUDA graphs (CUDA with flashinfer; "
                                       "same outputs, far less host work); false runs it eagerly")
     fused_blocks: bool = setting(True, "run the transformer blocks' norms, RoPE and residual work as kernels "

@@ -180,7 +180,7 @@ class StreamingSession:
                 sliding_window=s.sliding_window, cross_frame_special=s.cross_frame_special,
                 include_scale_frames=s.include_scale_frames, camera_only=s.camera_only,
                 max_special_tokens=s.max_special_tokens, deferred_capacity=0,
-                dtype=self.compute_dtype, device=self.device)
+                dtype=self.compute_dtype, device=self.device, kv_dtype=s.kv_storage_dtype(self.device))
             if s.defer_evictions:
                 # Pages for deferred evictions only when this session defers: otherwise they
                 # would never hold a frame (8 pages = 0.79 GB for the released model at

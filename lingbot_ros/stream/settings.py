@@ -6,8 +6,11 @@ from typing import Optional
 
 import torch
 
+from ..cache.kv_storage import FP8
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 BACKENDS = ("auto", "torch", "flashinfer")
+KV_CACHE_DTYPES = ("auto", "fp8")
 
 
 class SettingsError(ValueError):
@@ -28,6 +31,9 @@ class StreamSettings:
     max_special_tokens: Optional[int] = None
     dtype: str = "auto"                # auto: float32 on CPU, bf16 mixed precision on CUDA (spec 14)
     attention_backend: str = "auto"
+    # What the global KV cache stores K/V in: auto = the compute dtype; fp8 = float8 e4m3, half
+    # of bf16's memory, and FlashInfer's FP8 attention kernel on CUDA (e4m3 rounding error).
+    kv_cache_dtype: str = "auto"
     # Phase-2 frame steps replay captured CUDA graphs (CUDA with the FlashInfer backend only;
     # same outputs, far less host work per frame).
     cuda_graphs: bool = True
@@ -56,6 +62,8 @@ class StreamSettings:
              f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
         need(isinstance(self.cuda_graphs, bool), f"cuda_graphs must be a bool, got {self.cuda_graphs!r}")
         need(isinstance(self.fused_blocks, bool), f"fused_blocks must be a bool, got {self.fused_blocks!r}")
+        need(self.kv_cache_dtype in KV_CACHE_DTYPES,
+             f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}")
         need(self.attention_backend in BACKENDS,
              f"attention_backend must be one of {BACKENDS}, got {self.attention_backend!r}")
 
@@ -64,3 +72,7 @@ class StreamSettings:
         if self.dtype == "auto":
             return torch.bfloat16 if device.type == "cuda" else torch.float32
         return DTYPES[self.dtype]
+
+    def kv_storage_dtype(self, device: torch.device) -> torch.dtype:
+        """The dtype the global KV cache stores K and V in."""
+        return FP8 if self.kv_cache_dtype == "fp8" else self.compute_dtype(device)
