@@ -38,6 +38,7 @@ from lingbot_ros.ros.diagnostics import Counters
 from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
+from lingbot_ros.ros.output_thread import OutputThread, to_host
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
 from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.robot_link import RobotLink
@@ -55,6 +56,7 @@ class MapNode(LifecycleNode):
         self.mapper: Mapper | None = None
         self.bundle = None
         self.worker: Worker | None = None
+        self.output_thread: OutputThread | None = None
         self.outputs: Outputs | None = None
         self.path: PathCache | None = None
         self.inputs: Inputs | None = None
@@ -110,6 +112,7 @@ class MapNode(LifecycleNode):
             self.counters = Counters()
             self.worker = Worker(FrameInbox(False, 1), self._handle_frame, self._on_worker_error)
             self.worker.start()
+            self.output_thread = OutputThread(self._on_worker_error)
             if self.bundle.random_weights:
                 self.get_logger().warning(
                     "NO CHECKPOINT SET: running a tiny RANDOM-WEIGHT model. Poses, depth and the map are "
@@ -182,6 +185,8 @@ class MapNode(LifecycleNode):
         self._unsubscribe()
         if self.worker is not None and not self.worker.stop(timeout=30.0):
             self.get_logger().error("the worker did not stop within 30 s (a model step is stuck)")
+        if self.output_thread is not None and not self.output_thread.stop(timeout=10.0):
+            self.get_logger().error("the output thread did not stop within 10 s")
         for timer in self._own_timers:
             self.destroy_timer(timer)
         for service in self._own_services:
@@ -196,7 +201,7 @@ class MapNode(LifecycleNode):
             self.mapper.close()
         device = self.bundle.device if self.bundle is not None else "cpu"
         self._own_timers, self._own_services, self.robot = [], [], None
-        self.worker = self.path = self.mapper = self.bundle = None
+        self.worker = self.output_thread = self.path = self.mapper = self.bundle = None
         gc.collect()
         if device.startswith("cuda"):
             import torch
@@ -219,10 +224,24 @@ class MapNode(LifecycleNode):
         if not self.context.ok():   # shutting down: nothing can be published any more
             return
         for output in outcome.new:
-            self.outputs.frame(output, self.cfg, self.mapper.settings.min_confidence, self.path)
+            self.outputs.poses(output, self.cfg, self.path)
             self.robot.publish(output)
+        fields = self.outputs.image_fields()
+        if fields and outcome.new:
+            # One job per call: a phase-1 batch's frames are published together or not at all.
+            copies = [to_host(output, fields) for output in outcome.new]
+            self.output_thread.submit(self.safety.guard("image publication",
+                                                        lambda: self._publish_images(copies)))
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6)
         self.publish_status()
+
+    def _publish_images(self, copies) -> None:
+        """On the output thread: once a frame's host copies are done, its image-sized messages."""
+        for output, copied in copies:
+            if copied is not None:
+                copied.synchronize()
+            if self.context.ok():
+                self.outputs.images(output, self.cfg, self.mapper.settings.min_confidence)
 
     def report(self, notices) -> None:
         logger = self.get_logger()

@@ -2,7 +2,8 @@
 
 Per-frame topics are lifecycle publishers (silent while inactive); status is a plain publisher
 (it reports while inactive too; /diagnostics belongs to the node, which reports in every state).
-A topic nobody subscribes to costs nothing: its message is not even built.
+A topic nobody subscribes to costs nothing: its message is not even built, its tensors never
+leave the device. Poses go out on the frame loop; image-sized messages on the output thread.
 """
 from __future__ import annotations
 
@@ -72,10 +73,23 @@ class Outputs:
             else:
                 self.node.destroy_lifecycle_publisher(publisher)
 
-    def frame(self, output: MapperOutput, cfg: NodeSettings, min_confidence: float, path: "PathCache") -> None:
-        """Everything one frame publishes, stamped with its image's stamp."""
+    def image_fields(self) -> tuple[str, ...]:
+        """The result tensors the image-sized topics subscribed to now need on the host."""
+        fields = set()
+        if self.points.get_subscription_count():
+            fields |= {"world_points", "depth_conf", "image"}
+        if self.depth.get_subscription_count():
+            fields.add("depth")
+        if self.confidence.get_subscription_count():
+            fields.add("depth_conf")
+        if self.depth_info.get_subscription_count() or self.confidence_info.get_subscription_count():
+            fields.add("intrinsic")
+        return tuple(sorted(fields))
+
+    def poses(self, output: MapperOutput, cfg: NodeSettings, path: "PathCache") -> None:
+        """What one frame publishes from host values (poses, odometry, path), stamped with its
+        image's stamp: published at once, on the frame loop."""
         stamp = messages.stamp_msg(output.stamp_ns)
-        camera_frame = cfg.camera_frame or output.frame.frame_id
         if self.pose.get_subscription_count():
             self.pose.publish(messages.pose_stamped(output.base_pose, stamp, cfg.map_frame))
         if self.camera_pose.get_subscription_count():
@@ -89,6 +103,12 @@ class Outputs:
             self.odom.publish(messages.odometry(output.base_pose, stamp, cfg.map_frame, cfg.base_frame, variance))
         if self.path.get_subscription_count():
             self.path.publish(path.message(stamp))
+
+    def images(self, output: MapperOutput, cfg: NodeSettings, min_confidence: float) -> None:
+        """What one frame publishes from its image-sized outputs (points, depth, confidence and
+        their camera_info), from tensors already on the host (`output_thread.to_host`)."""
+        stamp = messages.stamp_msg(output.stamp_ns)
+        camera_frame = cfg.camera_frame or output.frame.frame_id
         if self.points.get_subscription_count():
             xyz, rgb = output.points(min_confidence, cfg.points_stride)
             self.points.publish(messages.point_cloud(xyz, rgb, stamp, cfg.map_frame))
