@@ -44,7 +44,7 @@ def deserialized(data: bytes, msg_type, what: str):
     try:
         return deserialize_message(data, msg_type)
     except Exception as error:   # rclpy's C deserialiser: RuntimeError, rclpy's own errors, ...
-        raise Refused(f"{what}: {len(data)} bytes that are not a {msg_type.__name__} message "
+        raise Refused(f"{what}: {len(data)} bytes that do not deserialise as {msg_type.__name__} "
                       f"({type(error).__name__}: {str(error).strip() or 'cannot be deserialised'})") from None
 
 

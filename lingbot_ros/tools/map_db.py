@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.export import MAP_FILE_NAMES, write_map_files
-from lingbot_ros.mapping.map_readback import defaulted, load_run
+from lingbot_ros.mapping.map_readback import check_settings, defaulted, load_run
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
@@ -136,7 +136,11 @@ def _time(ns: int | None) -> str:
 def info(args, refused: list[str]) -> str:
     conn = _open(args.database)
     runs = mdb.runs(conn)
-    refused.extend(text for run in runs for text in run.damaged)
+    for run in runs:   # the run's own records (settings, conversion): the rest is export's to read
+        try:
+            check_settings(run)
+        except mdb.MapDatabaseError as error:
+            refused.extend(run.damaged or [str(error)])
     alive = mdb.WriterLock.held(args.database)
     lines = [f"{args.database}: {stored_bytes(args.database) / 1e6:.1f} MB, schema {mdb.SCHEMA_VERSION}, "
              f"{len(runs)} run(s)"]
