@@ -585,7 +585,8 @@ def test_hostile_database_paths_never_overwrite_a_users_file(ros, tiny, tmp_path
     link = tmp_path / "link.db"
     link.symlink_to(database)
     node, images = _database_node(ros, fixture, database)
-    ros.wait(lambda: (ros.diagnostic("map_database") or "").startswith("writing run 1 to "), "run 1 being written")
+    ros.wait(lambda: database.exists() and _rows(database, "SELECT id, ending FROM runs") == [(1, "running")],
+             "run 1 being written")
     # Three frames stamped t, t, t + 1 ns, then more: the duplicate is dropped where it enters.
     first = synthetic_jpeg(0, 900.0)
     duplicate = synthetic_jpeg(1, 900.0)
@@ -681,8 +682,8 @@ def test_sigkill_right_after_a_resumed_start_keeps_the_continuation_and_the_file
     for cycle in range(3):   # killed as soon as the resumed run is in the file
         node, _ = _database_node(ros, fixture, database, "resume:=true")
         _status_where(ros, f"cycle {cycle}: resumed", lambda s: "aligns to its stored frames" in s.state_text)
-        ros.wait(lambda: (ros.diagnostic("map_database") or "").startswith("writing run "),
-                 f"cycle {cycle}: the resumed run in the file")
+        ros.wait(lambda: _rows(database, "SELECT ending FROM runs") == [("running",)],
+                 f"cycle {cycle}: the resumed run in the file")   # committed with the take-over
         node.send_signal(signals.SIGKILL)
         node.wait()
         assert _rows(database, "SELECT COUNT(*) FROM runs") == [(1,)]   # taken over, not copied
