@@ -3,8 +3,8 @@
 Layout (schema version 1; each later version is one more step in ``_MIGRATIONS``, so a new kind
 of record, e.g. keyframes with their images for relocalisation, is a new table, not a rewrite):
 
-    runs            one row per Mapper (per configure; a resumed run replaces the one it continues): settings (JSON), model, wall-clock start,
-                    last commit, end, how it ended (running -> clean | crashed), and the current
+    runs            one row per Mapper (per configure; a resumed run replaces the one it continues):
+                    settings (JSON), model, wall-clock start, last commit, end, how it ended (running -> clean | crashed), and the current
                     conversion into ``map`` (metric scale, camera mount, the stream's origins in
                     the internal frame and in ``map``: frames.MapConversion)
     frames          (run, idx): stamp (ns), the camera pose in the internal frame (robot.py), keyframe
