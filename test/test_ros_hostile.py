@@ -6,7 +6,9 @@ the reason is visible in ~/status or /diagnostics, and good input afterwards is 
 Classes: odometry (~/odometry_in), image stamps, camera_info, dynamic /tf (a flood of another
 robot's frames, NaN values, a conflicting publisher of our child frame), the camera mount on
 /tf_static, live parameters (with the QoS of a best-effort camera and the periodic map), services
-and save paths, start-up parameters.
+and save paths, start-up parameters; truncated CDR on ~/odometry_in and /tf, SIGINT during the
+start-up imports; the map database at its edges (a symlink at its lock, a second writer through a
+symlink, duplicate stamps, damaged runs at resume, SIGKILL right after a resumed start).
 """
 import math
 import signal
