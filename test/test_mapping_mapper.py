@@ -242,6 +242,27 @@ def test_model_failure_is_counted_and_the_stream_restarts(make_mapper, monkeypat
     assert mapper.process(frame(48)).new == [] and mapper.snapshot.state == INITIALISING
 
 
+def test_a_failure_inside_the_phase_1_batch_counts_every_frame_of_it(make_mapper, monkeypatch):
+    mapper = make_mapper()   # num_scale_frames 3: the third frame runs the batch of three
+    step = mapper.session.step
+
+    def poisoned(*args, **kwargs):   # the batch's middle result has a NaN depth: placing it fails
+        results = step(*args, **kwargs)
+        if len(results) > 1:
+            bad = results[1].depth.clone()
+            bad.view(-1)[0] = float("nan")
+            results[1] = dataclasses.replace(results[1], depth=bad)
+        return results
+
+    monkeypatch.setattr(mapper.session, "step", poisoned)
+    for i in range(3):
+        mapper.process(frame(8 * i, stamp_s=1.0 + i))
+    snapshot = mapper.snapshot
+    # The first frame was placed; the failing one and the one after it are lost, counted once each.
+    assert (snapshot.processed, snapshot.failed, snapshot.init_frames) == (1, 2, 0)
+    assert snapshot.processed + snapshot.failed + snapshot.rejected + snapshot.init_frames == 3
+
+
 @pytest.mark.parametrize("name", ["depth", "intrinsic", "world_points"])
 def test_a_frame_with_non_finite_depth_intrinsics_or_points_is_a_counted_failure(make_mapper, monkeypatch,
                                                                                 tmp_path, name):

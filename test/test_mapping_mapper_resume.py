@@ -278,20 +278,39 @@ def test_resume_refuses_a_run_made_with_other_settings(make_mapper):
     resumed.close()
 
 
-@pytest.mark.parametrize("damage", ["UPDATE continuations SET stream = X'00112233'",
-                                    "UPDATE overlap_frames SET depth = X'0011'",
-                                    "UPDATE frames SET pose = X'0011' WHERE idx = 3"])
-def test_a_damaged_record_starts_a_new_map_and_says_so(make_mapper, tmp_path, damage):
+def _npy(array) -> bytes:
+    from lingbot_ros.mapping.map_database import array_blob
+    return array_blob(np.asarray(array))
+
+
+NAN_POSE = np.full(16, np.nan).tobytes()
+
+
+@pytest.mark.parametrize("damage, why", [
+    (("UPDATE continuations SET stream = X'00112233'",), "continuation: a stored record cannot be read"),
+    (("UPDATE overlap_frames SET depth = X'0011'",), "continuation frame 0: a stored record cannot be read"),
+    (("UPDATE frames SET pose = X'0011' WHERE idx = 3",), "frame 3: pose of 2 bytes, not 16 float64"),
+    (("UPDATE runs SET settings = '[1, 2]'",), "settings: JSON list, not an object"),
+    (("UPDATE runs SET settings = '{'",), "settings: not JSON"),
+    (("UPDATE frames SET pose = ? WHERE idx = 2", (NAN_POSE,)), "frame 2: pose holds non-finite values"),
+    (("UPDATE runs SET mount = ?", (_npy(np.full((4, 4), np.nan)),)), "mount: mount holds non-finite values"),
+    (("UPDATE overlap_frames SET rgb = ? WHERE seq = 1", (_npy(np.zeros((20, 30, 3), np.uint8)),)),
+     "continuation frame 1: image 30x20"),
+], ids=["continuation", "overlap depth", "pose size", "settings list", "settings not JSON", "NaN pose",
+        "NaN mount", "overlap image size"])
+def test_a_damaged_record_starts_a_new_map_and_says_so(make_mapper, tmp_path, damage, why):
     first = make_mapper("map.db")
     for item in stream()[:6]:
         first.process(item)
     first.close()
     conn = sqlite3.connect(tmp_path / "map.db")
-    conn.execute(damage)
+    conn.execute(*damage)
     conn.commit()
     conn.close()
     resumed = make_mapper("map.db", resume=True)   # never raises: the run is read or refused
-    assert "cannot be read" in resumed.snapshot.state_text and "a new map starts" in resumed.snapshot.state_text
+    text = resumed.snapshot.state_text
+    assert "resume: run 1 in" in text and "cannot be read" in text and "a new map starts" in text, text
+    assert f"run 1: {why}" in text, text
     assert len(resumed.saved_trajectory()) == 0
     for item in stream()[:4]:
         resumed.process(item)

@@ -75,6 +75,24 @@ def test_jitter_is_dropped_a_jump_back_restarts_and_a_held_frame_can_end_unconfi
     assert stream.policy.held == 0 and stream.policy.unconfirmed() is None
 
 
+def test_a_duplicate_stamp_is_dropped_and_never_taken_twice():
+    # t, t, t + 1 ns: the second frame of the instant is dropped (two poses at one stamp otherwise).
+    t = 1_700_000_000.0
+    stream = Stream()
+    stream._stamps = [round(t * NS_PER_S)] * 2 + [round(t * NS_PER_S) + 1]
+    assert stream.feed(t) == [ACCEPT]
+    steps = stream.policy.decide(stream._stamps[1], None, 1)
+    assert [(v.action, v.reason) for v, _ in steps] == [(DROP, "stamp equal to the previous frame's (a duplicate): "
+                                                                "dropped")]
+    assert stream.policy.decide(stream._stamps[2], None, 2)[0][0].action == ACCEPT
+    # A duplicate of a held frame: dropped, the held one stays held and the next frame decides.
+    stream = Stream()
+    stream._stamps = [round(s * NS_PER_S) for s in (100.0, 3700.0, 3700.0, 3700.1)]
+    for stamp_s in (100.0, 3700.0, 3700.0, 3700.1):
+        stream.feed(stamp_s)
+    assert stream.dropped == [2] and stream.taken == [0, 1, 3] and [f for f, _ in stream.restarts] == [1]
+
+
 def test_an_outlier_among_frames_a_front_end_skipped_does_not_count_as_a_gap():
     # Newest frame wins: the frame after an outlier carries the outlier's received gap (3600 s),
     # but its own stamp is 0.2 s after the previous one: the stamps' difference bounds the gap.
@@ -85,6 +103,7 @@ def test_an_outlier_among_frames_a_front_end_skipped_does_not_count_as_a_gap():
 
 
 steps = st.one_of(st.floats(0.0, 0.3),            # ordinary frames
+                  st.just(0.0),                   # duplicates
                   st.floats(-0.6, 0.0),           # jitter and a little more
                   st.floats(4.0, 7.0),            # around max_stamp_gap_s
                   st.floats(-4000.0, 4000.0))     # clock jumps either way
@@ -99,10 +118,17 @@ def test_any_stamp_sequence_accounts_for_every_frame_once_in_order(start, deltas
     stream = Stream().run(stamps)
     refused = [frame for frame, _ in stream.refused]
     held = stream.policy.held
-    assert len(stream.taken) + len(stream.dropped) + len(refused) + held == stream.received
-    assert sorted(stream.taken + stream.dropped + refused) == list(range(stream.received - held))
-    assert stream.taken == sorted(stream.taken)                     # in input order
     assert held <= 1
+    # The input ends: a held frame is refused (not always the newest: a duplicate after it was dropped).
+    ended = stream.policy.unconfirmed()
+    refused += [] if ended is None else [ended[1]]
+    assert len(stream.taken) + len(stream.dropped) + len(refused) == stream.received
+    assert sorted(stream.taken + stream.dropped + refused) == list(range(stream.received))
+    assert stream.taken == sorted(stream.taken)                     # in input order
+    taken_stamps = [round(stamps[frame] * NS_PER_S) for frame in stream.taken]
+    restarted_at = {frame for frame, _ in stream.restarts}
+    assert all(b != a or frame in restarted_at for a, b, frame in zip(taken_stamps, taken_stamps[1:],
+                                                                      stream.taken[1:])), "a stamp taken twice"
     # Every frame taken follows the one taken before it, or a restart begins at it.
     restarted = {frame for frame, _ in stream.restarts}
     for previous, frame in zip(stream.taken, stream.taken[1:]):

@@ -6,10 +6,15 @@ the reason is visible in ~/status or /diagnostics, and good input afterwards is 
 Classes: odometry (~/odometry_in), image stamps, camera_info, dynamic /tf (a flood of another
 robot's frames, NaN values, a conflicting publisher of our child frame), the camera mount on
 /tf_static, live parameters (with the QoS of a best-effort camera and the periodic map), services
-and save paths, start-up parameters.
+and save paths, start-up parameters; truncated CDR on ~/odometry_in and /tf, SIGINT during the
+start-up imports; the map database at its edges (a symlink at its lock, a second writer through a
+symlink, duplicate stamps, damaged runs at resume, SIGKILL right after a resumed start).
 """
 import math
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -522,3 +527,227 @@ def test_the_tools_end_on_sigterm_and_sigint_with_exit_0_in_every_phase(ros, sha
         player.send_signal(signum)
         assert player.wait(20) == 0, ros.output(player)[-2000:]
         assert "Traceback" not in ros.output(player)
+
+
+# -- the map database at its edges (issue 28) ---------------------------------------------------
+
+DATABASE_SETTINGS = ("process_all_frames:=true", "image_qos:=reliable", "diagnostics_window_s:=120.0",
+                     "long_run_policy:=windowed", "window_size:=6", "overlap_size:=2", "stale_after_s:=0.0")
+
+
+def _database_node(ros, fixture, database, *params):
+    """A node writing ``database`` (windowed), with a fresh view of its status, and the probe's
+    image publisher once the node's subscription matched it."""
+    ros.statuses.clear()
+    ros.diagnostics.clear()
+    node = ros.start_node(fixture, *DATABASE_SETTINGS, f"map_database:={database}", *params)
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    ros.wait(images.get_subscription_count, "the node's image subscription")
+    return node, images
+
+
+def _map_frames(ros, node, images, count: int, start_s: float) -> None:
+    for i in range(count):
+        images.publish(synthetic_jpeg(i, start_s + 0.1 * i))
+    _alive_and_balanced(ros, node, count)
+
+
+def _rows(database, sql: str) -> list:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def test_hostile_database_paths_never_overwrite_a_users_file(ros, tiny, tmp_path):
+    """A symlink at <database>-writer.lock, a second writer through a symlink to the database,
+    frames stamped t, t, t + 1 ns: no file of the user's changes, the second writer is kept out
+    with its reason, the first's live run stays its own, and no stamp is stored twice."""
+    fixture, _ = tiny
+    victim = tmp_path / "victim.yaml"
+    victim.write_text("keep: me\n")
+    trapped = tmp_path / "trapped" / "map.db"
+    trapped.parent.mkdir()
+    Path(f"{trapped}-writer.lock").symlink_to(victim)
+    node, images = _database_node(ros, fixture, trapped)
+    status = _status_where(ros, "the lock refused", lambda s: "is a symlink, not followed" in s.state_text)
+    ros.wait(lambda: _warned(ros, "is a symlink, not followed"), "the refusal in /diagnostics (WARN)")
+    _map_frames(ros, node, images, 4, 800.0)   # mapping goes on in memory
+    interrupt_and_check_exit(ros, node)
+    assert victim.read_text() == "keep: me\n" and Path(f"{trapped}-writer.lock").is_symlink()
+    assert "Traceback" not in ros.output(node) and status.callback_errors == 0
+
+    # Two writers, one through a symlink: the second is kept out, the first's run is its own.
+    database = tmp_path / "maps" / "map.db"
+    database.parent.mkdir()
+    link = tmp_path / "link.db"
+    link.symlink_to(database)
+    node, images = _database_node(ros, fixture, database)
+    ros.wait(lambda: database.exists() and _rows(database, "SELECT id, ending FROM runs") == [(1, "running")],
+             "run 1 being written")
+    # Three frames stamped t, t, t + 1 ns, then more: the duplicate is dropped where it enters.
+    first = synthetic_jpeg(0, 900.0)
+    duplicate = synthetic_jpeg(1, 900.0)
+    after = synthetic_jpeg(2, 900.0)
+    after.header.stamp.nanosec += 1
+    for msg in (first, duplicate, after):
+        images.publish(msg)
+    status = _status_where(ros, "the duplicate dropped", lambda s: s.frames_rejected == 1)
+    assert "a duplicate" in status.last_error and _balanced(status) and status.restarts == 0
+    for i in range(3, 6):
+        images.publish(synthetic_jpeg(i, 900.0 + 0.1 * i))
+    _alive_and_balanced(ros, node, 5)
+    # The offline tool as the second writer, on the same file through the link.
+    second = ros.start("offline", ["-m", "lingbot_ros.tools.offline", "--input", "synthetic:128x96",
+                                   "--output", str(tmp_path / "offline"), "--max-frames", "4",
+                                   "--checkpoint", str(fixture / "ckpt.pt"), "--model-config",
+                                   str(fixture / "config.json"), "--device", "cpu", "--image-width", "112",
+                                   "--num-scale-frames", "3", "--sliding-window", "4", "--no-warmup",
+                                   "--map-database", str(link)])
+    assert second.wait(300) == 0, ros.output(second)[-3000:]
+    assert "is being written by another process" in ros.output(second), ros.output(second)[-3000:]
+    info = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.map_db", "info", str(link)],
+                          capture_output=True, text=True, timeout=120)
+    assert "run 1: running;" in info.stdout and "1 run(s)" in info.stdout, info.stdout   # live, not crashed
+    interrupt_and_check_exit(ros, node)
+    assert _rows(database, "SELECT id, ending FROM runs") == [(1, "clean")]
+    stamps = [row[0] for row in _rows(database, "SELECT stamp_ns FROM frames ORDER BY idx")]
+    assert len(stamps) == 5 and len(set(stamps)) == 5 and stamps[:2] == [900 * 10**9, 900 * 10**9 + 1]
+    assert _rows(database, "PRAGMA integrity_check") == [("ok",)]
+
+
+NAN_POSE = np.full(16, np.nan).tobytes()
+
+
+def _npy(array) -> bytes:
+    from lingbot_ros.mapping.map_database import array_blob
+    return array_blob(np.asarray(array))
+
+
+# A damaged stored run at resume: (SQL, parameters, what status names).
+RESUME_DAMAGES = {
+    "settings a JSON list": ("UPDATE runs SET settings = '[1, 2]'", (), "run 1: settings: JSON list, not an object"),
+    "NaN pose": ("UPDATE frames SET pose = ? WHERE idx = 2", (NAN_POSE,), "run 1: frame 2: pose holds non-finite"),
+    "NaN camera mount": ("UPDATE runs SET mount = ?", (_npy(np.full((4, 4), np.nan)),),
+                         "run 1: mount: mount holds non-finite values"),
+    "continuation image of another size": ("UPDATE overlap_frames SET rgb = ? WHERE seq = 1",
+                                           (_npy(np.zeros((20, 30, 3), np.uint8)),),
+                                           "run 1: continuation frame 1: image 30x20"),
+}
+
+
+def test_a_damaged_run_is_refused_at_resume_and_the_node_maps_on_in_a_new_run(ros, tiny, tmp_path):
+    import shutil
+    import sqlite3
+
+    fixture, _ = tiny
+    stored = tmp_path / "stored.db"
+    node, images = _database_node(ros, fixture, stored)
+    _map_frames(ros, node, images, 8, 1000.0)
+    interrupt_and_check_exit(ros, node)
+    for case, (sql, parameters, why) in RESUME_DAMAGES.items():
+        database = tmp_path / f"{case.replace(' ', '_')}.db"
+        shutil.copy(stored, database)
+        conn = sqlite3.connect(database)
+        conn.execute(sql, parameters)
+        conn.commit()
+        conn.close()
+        damaged_run = _rows(database, "SELECT * FROM runs WHERE id = 1")
+        node, images = _database_node(ros, fixture, database, "resume:=true")
+        status = _status_where(ros, f"{case}: the run refused", lambda s: "cannot be read" in s.state_text)
+        assert why in status.state_text and "a new map starts" in status.state_text, (case, status.state_text)
+        ros.wait(lambda: "cannot be read" in _diagnostics_text(ros), f"{case}: the reason in /diagnostics")
+        ros.poses.clear()
+        _map_frames(ros, node, images, 4, 2000.0)   # a new run, mapped and stored
+        _finite_poses(ros)
+        assert len(ros.poses) >= 4 and ros.statuses[-1].callback_errors == 0
+        interrupt_and_check_exit(ros, node)
+        assert "Traceback" not in ros.output(node), case
+        assert _rows(database, "SELECT * FROM runs WHERE id = 1") == damaged_run, case   # left as it was
+        assert _rows(database, "SELECT id, ending FROM runs") == [(1, "clean"), (2, "clean")], case
+        assert _rows(database, "SELECT COUNT(*) FROM frames WHERE run = 2") == [(4,)], case
+
+
+def test_sigkill_right_after_a_resumed_start_keeps_the_continuation_and_the_file_grows_with_the_map(ros, tiny,
+                                                                                                   tmp_path):
+    import signal as signals
+
+    fixture, _ = tiny
+    database = tmp_path / "map.db"
+    node, images = _database_node(ros, fixture, database)
+    _map_frames(ros, node, images, 8, 3000.0)
+    interrupt_and_check_exit(ros, node)
+    for cycle in range(3):   # killed as soon as the resumed run is in the file
+        node, _ = _database_node(ros, fixture, database, "resume:=true")
+        _status_where(ros, f"cycle {cycle}: resumed", lambda s: "aligns to its stored frames" in s.state_text)
+        ros.wait(lambda: _rows(database, "SELECT ending FROM runs") == [("running",)],
+                 f"cycle {cycle}: the resumed run in the file")   # committed with the take-over
+        node.send_signal(signals.SIGKILL)
+        node.wait()
+        assert _rows(database, "SELECT COUNT(*) FROM runs") == [(1,)]   # taken over, not copied
+        assert _rows(database, "SELECT COUNT(*) FROM frames") == [(8,)]
+        assert _rows(database, "SELECT COUNT(*) FROM overlap_frames") == [(2,)], "the continuation was lost"
+    node, images = _database_node(ros, fixture, database, "resume:=true")
+    status = _status_where(ros, "resumed after the kills", lambda s: "aligns to its stored frames" in s.state_text)
+    assert "(crashed) at frame 8: window" in status.state_text, status.state_text
+    for i in range(4):
+        images.publish(synthetic_jpeg(10 + i, 3000.8 + 0.1 * i))
+    _alive_and_balanced(ros, node, 4)
+    interrupt_and_check_exit(ros, node)
+    assert _rows(database, "SELECT COUNT(*) FROM runs") == [(1,)] and _rows(database, "PRAGMA integrity_check") == [
+        ("ok",)]
+    assert _rows(database, "SELECT COUNT(*) FROM frames") == [(12,)]
+
+
+def test_truncated_odometry_and_tf_payloads_are_refused_and_counted(ros, tiny):
+    from rclpy.serialization import serialize_message
+
+    fixture, _ = tiny
+    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
+                          "diagnostics_window_s:=120.0")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
+    odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
+    tf = ros.node.create_publisher(tf2_msgs.TFMessage, "/tf", RELIABLE)
+    ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count()
+             and tf.get_subscription_count(), "the node's subscriptions")
+    ros.wait(lambda: odometry.publish(_odometry(1099.0)) or ros.statuses[-1].odometry_received or None,
+             "the node's odometry reader matched")   # best effort: one sample until it counts
+    images.publish(synthetic_jpeg(0, 1100.0))
+    _alive_and_balanced(ros, node, 1)
+    before = ros.statuses[-1]
+    whole = serialize_message(_odometry(1100.05, x=0.1))
+    cut = [whole[:len(whole) // 2], whole[:13], whole[:-9]]
+    for data in cut:
+        odometry.publish(data)
+    # Our child frame ('odom') is named, so the conflict watch reads it: cut in its numbers.
+    transforms = serialize_message(tf2_msgs.TFMessage(transforms=[_tf("map", "odom", 1100.05)]))
+    for data in (transforms[:-20], transforms[:-44]):
+        tf.publish(data)
+    status = _status_where(ros, "the truncated messages refused", lambda s: (
+        s.odometry_rejected - before.odometry_rejected == len(cut) and s.tf_rejected - before.tf_rejected == 2))
+    assert status.callback_errors == 0 and node.poll() is None
+    assert "do not deserialise as" in status.last_error, status.last_error
+    ros.wait(lambda: _warned(ros, "refused"), "the refusals in /diagnostics (WARN)")
+    assert "bug:" not in _diagnostics_text(ros)
+    for i in range(1, 5):
+        images.publish(synthetic_jpeg(i, 1100.0 + 0.1 * i))
+    status = _alive_and_balanced(ros, node, 5)
+    assert status.callback_errors == 0 and "bug:" not in ros.output(node)
+    interrupt_and_check_exit(ros, node)
+
+
+@pytest.mark.parametrize("delay_s", [0.3, 1.0, 2.0])
+def test_sigint_during_the_start_up_imports_is_a_clean_stop(ros, tiny, delay_s):
+    import time
+
+    node = ros.start_node(tiny[0])
+    time.sleep(delay_s)
+    node.send_signal(signal.SIGINT)
+    assert node.wait(60) == 0, ros.output(node)[-3000:]
+    out = ros.output(node)
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]

@@ -272,12 +272,12 @@ def test_a_child_already_in_the_static_tree_is_refused_at_start(ros):
 
 def test_the_raw_tf_filter_skips_other_frames_without_deserialising_and_finds_ours(ros, monkeypatch):
     from rclpy.serialization import serialize_message
-    from lingbot_ros.ros import tf_output
+    from lingbot_ros.ros import input_checks
 
     watch = TfConflictWatch(ros.node("mapper"), ["odom"])
     decoded = []
-    real = tf_output.deserialize_message
-    monkeypatch.setattr(tf_output, "deserialize_message", lambda data, kind: decoded.append(1) or real(data, kind))
+    real = input_checks.deserialize_message
+    monkeypatch.setattr(input_checks, "deserialize_message", lambda data, kind: decoded.append(1) or real(data, kind))
     no_gid = {"publisher_gid": None}
     # Other robots' trees: names that contain ours, and ours as a parent only.
     for edges in ((("world", "robot2/odom", np.eye(4), stamp(5)),), (("odom2", "odomx", np.eye(4), stamp(5)),)):

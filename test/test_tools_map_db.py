@@ -65,3 +65,160 @@ def test_bad_input_is_an_error_message(tmp_path):
                                 text=True)
         assert result.returncode == 1 and result.stderr.startswith("lingbot-ros-map: error:"), result.stderr
     assert garbage.read_bytes() == b"nope" * 100
+
+
+# -- the database at its edges (issue 28): hostile output paths, damaged records, a read-only disk --
+
+@pytest.fixture(scope="module")
+def stored_db(fixture_files, shared_data, tmp_path_factory):
+    """A windowed run of 12 frames the offline tool stored (built once for the module)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("stored")
+    try:
+        run_offline(fixture_files, shared_data, root / "offline", root / "map.db", "--max-frames", "12",
+                    "--long-run-policy", "windowed", "--window-size", "8", "--overlap-size", "3")
+    finally:
+        torch.set_num_threads(threads)
+    return root / "map.db"
+
+
+def tool(*args) -> subprocess.CompletedProcess:
+    """lingbot-ros-map as a user runs it (its own process: a traceback would show on stderr)."""
+    return subprocess.run([sys.executable, "-m", "lingbot_ros.tools.map_db", *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_an_output_path_that_is_the_database_is_refused_and_nothing_is_written(stored_db, tmp_path):
+    import os
+    import shutil
+
+    database = tmp_path / "map.db"
+    shutil.copy(stored_db, database)
+    before = database.read_bytes()
+    (tmp_path / "link.png").symlink_to(database)
+    os.link(database, tmp_path / "hard.png")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "map.ply").symlink_to(database)
+    (tmp_path / "db_link").symlink_to(database)
+    cases = [("preview", database, database), ("preview", database, tmp_path / "link.png"),
+             ("preview", database, tmp_path / "hard.png"), ("preview", tmp_path / "db_link", database),
+             ("preview", database, f"{database}-wal"), ("export", database, database),
+             ("export", database, tmp_path / "export")]
+    for command, db, output in cases:
+        result = tool(command, db, output)
+        assert result.returncode == 1, (command, output, result.stdout)
+        assert result.stderr.startswith("lingbot-ros-map: error: ") and "(an input)" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+        assert database.read_bytes() == before, (command, output)
+    assert not os.path.exists(f"{database}-wal") and (tmp_path / "export" / "map.ply").is_symlink()
+    assert tool("preview", database, tmp_path / "fine.png").returncode == 0   # another path: written
+    assert database.read_bytes() == before
+
+
+def _npy(array) -> bytes:
+    from lingbot_ros.mapping.map_database import array_blob
+    return array_blob(np.asarray(array))
+
+
+def _far_points(conn) -> bytes:
+    from lingbot_ros.mapping.map_database import blob_array
+    xyz = blob_array(conn.execute("SELECT xyz FROM map_inserts WHERE seq = 2").fetchone()[0])
+    return _npy(np.full_like(xyz, 1e30))
+
+
+# (SQL, its parameters from the connection, the refused record, whether the run still exports)
+DAMAGES = {
+    "settings not JSON": ("UPDATE runs SET settings = 'not json'", None, "run 1: settings: not JSON", False),
+    "settings a JSON list": ("UPDATE runs SET settings = '[1, 2]'", None, "run 1: settings: JSON list, not an object",
+                             False),
+    "settings of the wrong type": ("UPDATE runs SET settings = json_set(settings, '$.map_voxel_size_m', 'big')", None,
+                                   "run 1: settings: map_voxel_size_m 'big' is not a usable value", False),
+    "NaN mount": ("UPDATE runs SET mount = ?", lambda c: (_npy(np.full((4, 4), np.nan)),),
+                  "run 1: mount: mount holds non-finite values", False),
+    "origins of the wrong size": ("UPDATE runs SET origins = ?", lambda c: (_npy(np.zeros(5)),),
+                                  "run 1: origins: origins has shape (5,), not (6,)", False),
+    "pose blob of the wrong size": ("UPDATE frames SET pose = X'0011' WHERE idx = 3", None,
+                                    "run 1: frame 3: pose of 2 bytes, not 16 float64", True),
+    "NaN pose": ("UPDATE frames SET pose = ? WHERE idx = 4", lambda c: (np.full(16, np.nan).tobytes(),),
+                 "run 1: frame 4: pose holds non-finite values", True),
+    "inf pose": ("UPDATE frames SET pose = ? WHERE idx = 5", lambda c: (np.full(16, np.inf).tobytes(),),
+                 "run 1: frame 5: pose holds non-finite values", True),
+    "insert blob cut short": ("UPDATE map_inserts SET xyz = substr(xyz, 1, 60) WHERE seq = 1", None,
+                              "run 1: map insert 1: a stored record cannot be read", True),
+    "insert of another shape": ("UPDATE map_inserts SET xyz = ? WHERE seq = 3", lambda c: (_npy(np.zeros((7, 2))),),
+                                "run 1: map insert 3: points of shape (7, 2)", True),
+    "NaN points": ("UPDATE map_inserts SET xyz = ? WHERE seq = 4", lambda c: (_npy(np.full((5, 3), np.nan)),),
+                   "run 1: map insert 4: colours of shape", True),
+    "points at 1e30": ("UPDATE map_inserts SET xyz = ? WHERE seq = 2", lambda c: (_far_points(c),),
+                       "run 1: map insert 2: points beyond the map's range", True),
+    "window rotation of the wrong size": ("UPDATE windows SET rotation = X'00' WHERE seq = 1", None,
+                                          "run 1: window record 1: rotation or translation of another size", True),
+    "infinite window scale": ("UPDATE windows SET scale = ? WHERE seq = 1", lambda c: (float("inf"),),
+                         "run 1: window record 1: scale holds non-finite values", True),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_record_is_one_line_naming_it_the_rest_is_exported_and_the_exit_is_1(stored_db, tmp_path, capsys,
+                                                                                       damage):
+    import shutil
+    import sqlite3
+
+    from lingbot_ros.mapping.export import read_ply, read_tum
+
+    sql, parameters, record, exports = DAMAGES[damage]
+    database = tmp_path / "map.db"
+    shutil.copy(stored_db, database)
+    conn = sqlite3.connect(database)
+    conn.execute(sql, parameters(conn) if parameters else ())
+    conn.commit()
+    conn.close()
+    before = database.read_bytes()
+    capsys.readouterr()
+    for args in (["info", database], ["export", database, tmp_path / "export"],
+                 ["preview", database, tmp_path / "preview.png"]):
+        code = map_db.main([str(a) for a in args])   # in process: an exception fails the test
+        err = capsys.readouterr().err
+        if args[0] == "info" and record.split(": ")[1] not in ("settings", "mount", "origins"):
+            assert code == 0 and err == "", err   # info reads the run's own records only
+            continue
+        assert code == 1, (args[0], err)
+        lines = err.splitlines()
+        assert lines and all(line.startswith("lingbot-ros-map: ") for line in lines), err
+        assert any(record in line for line in lines), (record, err)
+        assert database.read_bytes() == before
+    if exports:   # what is good was exported, all finite
+        xyz, _ = read_ply(tmp_path / "export" / "map.ply")
+        poses = read_tum(tmp_path / "export" / "trajectory.tum").poses()
+        assert len(xyz) > 100 and np.isfinite(xyz).all() and np.abs(xyz).max() < 1e6
+        assert len(poses) >= 11 and np.isfinite(poses).all()
+        assert (tmp_path / "preview.png").is_file()
+    else:   # nothing of the run can be placed without its settings and conversion
+        assert not (tmp_path / "export").exists() and not (tmp_path / "preview.png").exists()
+    result = tool("export", database, tmp_path / "again")   # the command line: the same, no traceback
+    assert result.returncode == 1 and "Traceback" not in result.stderr and record in result.stderr, result.stderr
+
+
+def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path):
+    """A cleanly closed database (WAL mode, no -wal or -shm left) on a read-only mount: SQLite cannot
+    make its -shm there; the tools open it immutable. The mount is a read-only bind in a user and
+    mount namespace (unshare), as a user's read-only USB disk would be."""
+    import shutil
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.fail("this test needs unshare -rm (user and mount namespaces) to make a read-only mount")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    shutil.copy(stored_db, disk / "map.db")
+    before = (disk / "map.db").read_bytes()
+    script = (f"mount --bind {disk} {disk} && mount -o remount,ro,bind {disk} && touch {disk}/x 2>/dev/null "
+              f"&& exit 9; {sys.executable} -m lingbot_ros.tools.map_db info {disk}/map.db && "
+              f"{sys.executable} -m lingbot_ros.tools.map_db export {disk}/map.db {tmp_path}/export")
+    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "run 1: clean;" in result.stdout and "wrote" in result.stdout, result.stdout
+    assert (tmp_path / "export" / "map.ply").is_file()
+    assert (disk / "map.db").read_bytes() == before and sorted(p.name for p in disk.iterdir()) == ["map.db"]

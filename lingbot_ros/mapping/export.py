@@ -145,6 +145,10 @@ def windows_bytes(records) -> bytes:
     return "".join(lines).encode("ascii")
 
 
+# What write_map_files writes in its directory (windows.csv for a windowed run only).
+MAP_FILE_NAMES = ("map.ply", "trajectory.tum", "preview.png", "windows.csv")
+
+
 def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectory: Trajectory,
                     windows=None, units: str = "m", staged: StagedFiles | None = None) -> tuple[Path, Path]:
     """A saved map's files in ``directory`` (``Mapper.save`` and ``lingbot-ros-map export`` write
@@ -154,11 +158,11 @@ def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, tra
     the TUM file's paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    ply, tum = directory / "map.ply", directory / "trajectory.tum"
+    ply, tum, png, csv = (directory / name for name in MAP_FILE_NAMES)
     files = {ply: ply_bytes(xyz, rgb), tum: tum_bytes(trajectory),
-             directory / "preview.png": preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
+             png: preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
     if windows is not None:
-        files[directory / "windows.csv"] = windows_bytes(windows)
+        files[csv] = windows_bytes(windows)
     if staged is None:
         write_files(files)
     else:

@@ -3,8 +3,8 @@
 Layout (schema version 1; each later version is one more step in ``_MIGRATIONS``, so a new kind
 of record, e.g. keyframes with their images for relocalisation, is a new table, not a rewrite):
 
-    runs            one row per Mapper (per configure): settings (JSON), model, wall-clock start,
-                    last commit, end, how it ended (running -> clean | crashed), and the current
+    runs            one row per Mapper (per configure; a resumed run replaces the one it continues):
+                    settings (JSON), model, wall-clock start, last commit, end, how it ended (running -> clean | crashed), and the current
                     conversion into ``map`` (metric scale, camera mount, the stream's origins in
                     the internal frame and in ``map``: frames.MapConversion)
     frames          (run, idx): stamp (ns), the camera pose in the internal frame (robot.py), keyframe
@@ -37,17 +37,22 @@ cleanly) are inserts with ``provisional = 1``, replayed into a copy as ``Mapper.
 a checkpoint keeps them (their continuation replaces them).
 
 One process writes at a time: the writer holds an exclusive ``flock`` on ``<db>-writer.lock``
-(which also says a run without an end is dead, not running, when the next writer marks it
-"crashed"). Readers (``lingbot-ros-map``) need no lock.
+beside the file the path resolves to (so two paths to one file, a symlink say, meet at one lock;
+the lock itself is never followed through a symlink). The lock also says a run without an end is
+dead, not running, when the next writer marks it "crashed". Readers (``lingbot-ros-map``) need no
+lock and open the file read-only.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import io
 import json
 import os
 import sqlite3
+import stat
+import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -159,11 +164,12 @@ def connect(path: Path, readonly: bool) -> sqlite3.Connection:
     database of a schema this code knows. Raises MapDatabaseError."""
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
-                                   check_same_thread=False)
+            conn, check = _open_readonly(path)
         else:
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0.5)
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+            # The resolved path: the journal (-wal, -shm) beside the file itself, whichever path reached it.
+            conn = sqlite3.connect(os.path.realpath(path), isolation_level=None, check_same_thread=False,
+                                   timeout=0.5)
+            check = conn.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             conn.close()
             raise MapDatabaseError(f"{path} is corrupt, left untouched (quick_check: {check})")
@@ -203,15 +209,52 @@ def connect(path: Path, readonly: bool) -> sqlite3.Connection:
         raise MapDatabaseError(describe_error(error, path)) from None
 
 
+def lock_path(path: Path) -> Path:
+    """``<db>-writer.lock`` beside the file the path resolves to: two processes reaching one
+    database through different paths (a symlink, ``..``) meet at one lock."""
+    return Path(f"{os.path.realpath(path)}-writer.lock")
+
+
+def _open_readonly(path: Path) -> tuple[sqlite3.Connection, str]:
+    """A read-only connection (URI mode=ro: nothing of the file is ever written) and its quick_check.
+    A WAL database closed cleanly on a read-only file system has no -shm and none can be made: it
+    is opened ``immutable`` then (no writer can be changing it there)."""
+    uri = f"file:{urllib.parse.quote(os.path.realpath(path))}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        return conn, conn.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.OperationalError:
+        if os.path.exists(f"{os.path.realpath(path)}-wal") or _writable_directory(path):
+            raise
+    conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+    return conn, conn.execute("PRAGMA quick_check").fetchone()[0]
+
+
+def _writable_directory(path: Path) -> bool:
+    directory = os.path.dirname(os.path.realpath(path))
+    try:
+        return not os.statvfs(directory).f_flag & os.ST_RDONLY and os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
 class WriterLock:
-    """The one-writer lock: an exclusive flock on ``<db>-writer.lock`` holding the owner's pid."""
+    """The one-writer lock: an exclusive flock on ``lock_path(db)`` holding the owner's pid. The
+    lock file is opened with O_NOFOLLOW: a symlink there is refused, never followed into the file
+    it points at (whose content the pid would replace)."""
 
     def __init__(self, path: Path):
-        self.path = Path(f"{path}-writer.lock")
+        self.path = lock_path(path)
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise MapDatabaseError(f"{self.path} is a symlink, not followed (it would overwrite the file it "
+                                       "points at); remove it: this run is not stored") from None
             raise MapDatabaseError(describe_error(error, self.path)) from None
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise MapDatabaseError(f"{self.path} is not a regular file; this run is not stored")
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -231,7 +274,7 @@ class WriterLock:
     def held(path: Path) -> bool:
         """Whether a writer holds ``path`` now (readers use it to tell a running run from a crashed one)."""
         try:
-            fd = os.open(f"{path}-writer.lock", os.O_RDONLY)
+            fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return False
         try:
@@ -284,7 +327,7 @@ class RunInfo:
     last_commit_ns: int | None
     ended_ns: int | None
     ending: str
-    settings: dict
+    settings: dict                  # {} where the record is damaged
     model: str
     scale: float
     scale_known: bool
@@ -294,18 +337,59 @@ class RunInfo:
     keyframes: int
     windows: int
     map_inserts: int
+    damaged: tuple[str, ...] = ()   # the run's own records that cannot be read: "run N: record: why"
+
+
+def checked_array(blob: bytes, shape: tuple, what: str) -> np.ndarray:
+    """A stored float array of ``shape`` (-1: any length), finite; ValueError naming ``what``."""
+    array = blob_array(blob) if isinstance(blob, bytes) else np.asarray(blob)
+    if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)):
+        raise ValueError(f"{what} has shape {array.shape}, not {shape}")
+    if not np.issubdtype(array.dtype, np.number) or not np.isfinite(array).all():
+        raise ValueError(f"{what} holds non-finite values" if np.issubdtype(array.dtype, np.number)
+                         else f"{what} is of type {array.dtype}, not numbers")
+    return array
+
+
+def pose_matrix(blob: bytes, what: str = "pose") -> np.ndarray:
+    """A stored [4, 4] float64 pose (raw bytes), finite; ValueError naming ``what``."""
+    if not isinstance(blob, bytes) or len(blob) != 128:
+        raise ValueError(f"{what} of {len(blob) if isinstance(blob, bytes) else type(blob).__name__} bytes, "
+                         "not 16 float64")
+    return checked_array(np.frombuffer(blob, np.float64).reshape(4, 4), (4, 4), what)
+
+
+def _settings(text) -> dict:
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"JSON {type(value).__name__}, not an object")
+    return value
 
 
 def runs(conn: sqlite3.Connection) -> list[RunInfo]:
+    """Every run; a run record that cannot be read is named in its ``damaged`` (never raised)."""
     out = []
     for row in conn.execute("SELECT id, started_ns, last_commit_ns, ended_ns, ending, settings, model, scale, "
                             "scale_known, mount, origins FROM runs ORDER BY id").fetchall():
-        run = row[0]
+        run, damaged = row[0], []
         frames, keyframes = conn.execute("SELECT COUNT(*), COALESCE(SUM(keyframe), 0) FROM frames WHERE run = ?",
                                          (run,)).fetchone()
         windows = conn.execute("SELECT COUNT(*) FROM windows WHERE run = ?", (run,)).fetchone()[0]
         inserts = conn.execute("SELECT COUNT(*) FROM map_inserts WHERE run = ?", (run,)).fetchone()[0]
-        out.append(RunInfo(run, row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7], bool(row[8]),
-                           None if row[9] is None else blob_array(row[9]),
-                           None if row[10] is None else blob_array(row[10]), frames, keyframes, windows, inserts))
+        values = {}
+        for name, read in (("settings", lambda: _settings(row[5])),
+                           ("scale", lambda: float(checked_array(np.float64(row[7]), (), "scale"))),
+                           ("mount", lambda: None if row[9] is None else checked_array(row[9], (4, 4), "mount")),
+                           ("origins", lambda: None if row[10] is None else checked_array(row[10], (6,), "origins"))):
+            try:
+                values[name] = read()
+            except (MapDatabaseError, ValueError, TypeError) as error:
+                values[name] = {} if name == "settings" else 1.0 if name == "scale" else None
+                damaged.append(f"run {run}: {name}: {error}")
+        out.append(RunInfo(run, row[1], row[2], row[3], row[4], values["settings"], str(row[6]), values["scale"],
+                           bool(row[8]), values["mount"], values["origins"], frames, keyframes, windows, inserts,
+                           tuple(damaged)))
     return out

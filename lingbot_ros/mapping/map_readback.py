@@ -11,13 +11,14 @@ setting's default stands in (``setting``) and ``defaulted`` names those, for the
 from __future__ import annotations
 
 import dataclasses
+import math
 import sqlite3
 
 import numpy as np
 import torch
 
 from .live_windows import WindowRecord
-from .map_database import RunInfo, blob_array, blob_arrays
+from .map_database import MapDatabaseError, RunInfo, blob_array, blob_arrays, checked_array, pose_matrix
 from .frames import MapConversion, rigid_inverse
 from .metric_scale import MetricScale
 from .robot import parse_mount
@@ -60,92 +61,201 @@ def conversion(info: RunInfo) -> MapConversion:
     return MapConversion(metric, rigid_inverse(mount), origins[:3].copy(), origins[3:].copy())
 
 
+def _refuse(refused: list | None, text: str) -> None:
+    """A damaged record: told in ``refused`` and skipped by the caller, or (None) raised."""
+    if refused is None:
+        raise MapDatabaseError(text)
+    refused.append(text)
+
+
+def read_record(refused: list | None, record: str, read):
+    """``read()``, or None where the record is damaged (``_refuse``)."""
+    try:
+        return read()
+    except _DAMAGED as error:
+        _refuse(refused, f"{record}: {error}")
+        return None
+
+
+# What reading a damaged record raises (a blob of another size or shape, non-finite values, a
+# voxel map state that does not hold together, points beyond the voxel index's range).
+_DAMAGED = (MapDatabaseError, ValueError, KeyError, IndexError, TypeError)
+
+
+def _points(xyz_blob, rgb_blob) -> tuple[np.ndarray, np.ndarray]:
+    xyz, rgb = blob_array(xyz_blob), blob_array(rgb_blob)
+    if xyz.ndim != 2 or xyz.shape[1:] != (3,) or not np.issubdtype(xyz.dtype, np.floating):
+        raise ValueError(f"points of shape {xyz.shape} and type {xyz.dtype}, not [N, 3] floats")
+    if rgb.shape != xyz.shape or rgb.dtype != np.uint8:
+        raise ValueError(f"colours of shape {rgb.shape} and type {rgb.dtype}, not [{len(xyz)}, 3] uint8")
+    if not np.isfinite(xyz).all():
+        raise ValueError("non-finite points")
+    return xyz, rgb
+
+
+def _insert(voxel_map: VoxelMap, points) -> VoxelMap:
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            voxel_map.insert(*points)
+    except VoxelRangeError as error:
+        raise ValueError(f"points beyond the map's range ({error})") from None
+    return voxel_map
+
+
+def _restored(state: dict, voxel_size: float, max_points: int) -> VoxelMap:
+    """A voxel map from a stored state, checked: its points come out and are finite."""
+    voxel_map = VoxelMap(float(checked_array(state["voxel_size_m"], (), "voxel size")) if "voxel_size_m" in state
+                         else voxel_size, max_points)
+    voxel_map.restore(state)
+    checked_array(voxel_map.points()[0], (-1, 3), "map state")
+    return voxel_map
+
+
 def replay_voxel_map(conn: sqlite3.Connection, run: int, voxel_size: float, max_points: int,
-                     provisional_as_final: bool = False) -> tuple[VoxelMap, list]:
+                     provisional_as_final: bool = False, refused: list | None = None,
+                     beyond: list | None = None) -> tuple[VoxelMap, list]:
     """The run's voxel map from its checkpoint and later inserts, and its provisional points
-    (``provisional_as_final``: merged like the others, as a resumed run takes them)."""
+    (``provisional_as_final``: merged like the others, as a resumed run takes them). A damaged
+    record is skipped and told in ``refused`` (None: MapDatabaseError). An insert beyond the voxel
+    index's range is skipped as the live map skipped it, and told in ``beyond`` if given."""
     voxel_map = VoxelMap(voxel_size, max_points)
     row = conn.execute("SELECT upto_seq, state FROM map_checkpoints WHERE run = ?", (run,)).fetchone()
     upto = 0
     if row is not None:
-        upto, state = row[0], blob_arrays(row[1])
-        if "voxel_size_m" in state:   # the pitch the map had then (metres once the scale was known)
-            voxel_map = VoxelMap(float(state["voxel_size_m"]), max_points)
-        voxel_map.restore(state)
+        upto = row[0]
+        # The pitch the map had then (metres once the scale was known) is in the state.
+        restored = read_record(refused, f"run {run}: map checkpoint", lambda: _restored(blob_arrays(row[1]), voxel_size,
+                                                                                   max_points))
+        voxel_map = restored if restored is not None else voxel_map
     provisional = []
-    for xyz, rgb, is_provisional in conn.execute(
-            "SELECT xyz, rgb, provisional FROM map_inserts WHERE run = ? AND (seq > ? OR provisional = 1) "
+    for seq, xyz, rgb, is_provisional in conn.execute(
+            "SELECT seq, xyz, rgb, provisional FROM map_inserts WHERE run = ? AND (seq > ? OR provisional = 1) "
             "ORDER BY seq", (run, upto)):
+        points = read_record(refused, f"run {run}: map insert {seq}", lambda: _points(xyz, rgb))
+        if points is None:
+            continue
         if is_provisional and not provisional_as_final:
-            provisional.append((blob_array(xyz), blob_array(rgb)))
+            provisional.append(points)
             continue
         try:
-            voxel_map.insert(blob_array(xyz), blob_array(rgb))
-        except VoxelRangeError:
-            pass   # the live map raised on this insert and went on the same way
+            with np.errstate(invalid="ignore", over="ignore"):   # what VoxelRangeError then says
+                voxel_map.insert(*points)
+        except VoxelRangeError as error:   # the live map raised on this insert and went on the same way
+            if beyond is not None:
+                beyond.append(f"run {run}: map insert {seq}: points beyond the map's range ({error})")
     return voxel_map, provisional
 
 
-def replay_map(conn: sqlite3.Connection, info: RunInfo) -> tuple[np.ndarray, np.ndarray]:
+def replay_map(conn: sqlite3.Connection, info: RunInfo, refused: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The run's map (internal frame), provisional points included as ``Mapper.map_points`` does."""
     voxel_map, provisional = replay_voxel_map(conn, info.id, setting(info, "map_voxel_size_m"),
-                                              setting(info, "max_map_points"))
+                                              setting(info, "max_map_points"), refused=refused, beyond=refused)
     if provisional:
         voxel_map = voxel_map.copy()
         for points in provisional:
-            voxel_map.insert(*points)
+            read_record(refused, f"run {info.id}: provisional map insert", lambda: _insert(voxel_map, points))
     return voxel_map.points()
 
 
-def load_finished(conn: sqlite3.Connection, run: int, max_points: int, max_poses: int) \
-        -> tuple[VoxelMap, Trajectory] | None:
-    """The run's finished part (scale_source odometry: streams ended by a restart that kept the
-    map), in map, as MapStore holds it; None if it has none."""
-    row = conn.execute("SELECT map_state, poses FROM finished_streams WHERE run = ?", (run,)).fetchone()
-    if row is None:
-        return None
-    state, poses = blob_arrays(row[0]), blob_arrays(row[1])
-    voxel_map = VoxelMap(float(state["voxel_size_m"]), max_points)
-    voxel_map.restore(state)
+def _finished(state: dict, poses: dict, max_points: int, max_poses: int) -> tuple[VoxelMap, Trajectory]:
+    voxel_map = _restored(state, 0.0, max_points)
+    keys, stamps = poses["keys"].astype(np.int64), poses["stamps_ns"].astype(np.int64)
+    matrices = checked_array(poses["poses"], (len(keys), 4, 4), "poses")
+    if stamps.shape != keys.shape:
+        raise ValueError(f"{len(stamps)} stamps for {len(keys)} poses")
     trajectory = Trajectory(max_poses)
-    for key, stamp_ns, pose in zip(poses["keys"].tolist(), poses["stamps_ns"].tolist(), poses["poses"]):
+    for key, stamp_ns, pose in zip(keys.tolist(), stamps.tolist(), matrices):
         trajectory.append(stamp_ns, pose, key=key)
     return voxel_map, trajectory
 
 
-def load_run(conn: sqlite3.Connection, info: RunInfo) -> StoredRun:
+def load_finished(conn: sqlite3.Connection, run: int, max_points: int, max_poses: int,
+                  refused: list | None = None) -> tuple[VoxelMap, Trajectory] | None:
+    """The run's finished part (scale_source odometry: streams ended by a restart that kept the
+    map), in map, as MapStore holds it; None if it has none (or it is damaged: ``refused``)."""
+    row = conn.execute("SELECT map_state, poses FROM finished_streams WHERE run = ?", (run,)).fetchone()
+    if row is None:
+        return None
+    return read_record(refused, f"run {run}: finished streams",
+                 lambda: _finished(blob_arrays(row[0]), blob_arrays(row[1]), max_points, max_poses))
+
+
+def stored_poses(conn: sqlite3.Connection, run: int, refused: list | None = None) -> list[tuple[int, int, np.ndarray]]:
+    """The run's frames as (index, stamp_ns, T_I_camera), in order; a damaged pose is skipped (``refused``)."""
+    out = []
+    for index, stamp_ns, blob in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
+                                              (run,)):
+        pose = read_record(refused, f"run {run}: frame {index}", lambda: pose_matrix(blob))
+        if pose is not None:
+            out.append((index, stamp_ns, pose))
+    return out
+
+
+def _window(row) -> WindowRecord:
+    window, first, scale, rotation, translation, error = row
+    if not isinstance(rotation, bytes) or not isinstance(translation, bytes) or len(rotation) != 72 \
+            or len(translation) != 24:
+        raise ValueError("rotation or translation of another size than 9 and 3 float64")
+    similarity = Similarity(torch.tensor(float(checked_array(np.float64(scale), (), "scale")), dtype=torch.float64),
+                            torch.from_numpy(checked_array(np.frombuffer(rotation, np.float64), (9,), "rotation")
+                                             .reshape(3, 3).copy()),
+                            torch.from_numpy(checked_array(np.frombuffer(translation, np.float64), (3,),
+                                                           "translation").copy()))
+    return WindowRecord(window, first, similarity, float("nan") if error is None else float(error))
+
+
+def stored_windows(conn: sqlite3.Connection, run: int, refused: list | None = None) -> list[WindowRecord]:
+    out = []
+    for seq, *row in conn.execute("SELECT seq, window, first_index, scale, rotation, translation, overlap_error "
+                                  "FROM windows WHERE run = ? ORDER BY seq", (run,)):
+        record = read_record(refused, f"run {run}: window record {seq}", lambda: _window(row))
+        if record is not None:
+            out.append(record)
+    return out
+
+
+def check_settings(info: RunInfo) -> None:
+    """The run's own records (settings, conversion) and the stored settings read back: usable, or
+    MapDatabaseError naming the first that is not (the run cannot be read without them)."""
+    if info.damaged:
+        raise MapDatabaseError("; ".join(info.damaged))
+    for name, ok in (("map_voxel_size_m", lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0),
+                     ("max_map_points", lambda v: isinstance(v, int) and v > 0),
+                     ("max_trajectory_poses", lambda v: isinstance(v, int) and v > 0),
+                     ("long_run_policy", lambda v: isinstance(v, str))):
+        if not ok(setting(info, name)):
+            raise MapDatabaseError(f"run {info.id}: settings: {name} {setting(info, name)!r} is not a usable value")
+    try:
+        parse_mount(setting(info, "camera_mount"))
+    except (ValueError, TypeError) as error:
+        raise MapDatabaseError(f"run {info.id}: settings: camera_mount: {error}") from None
+
+
+def load_run(conn: sqlite3.Connection, info: RunInfo, refused: list | None = None) -> StoredRun:
+    """The run as ``Mapper.save`` writes it. A damaged record is skipped and told in ``refused``
+    (None: MapDatabaseError); damaged settings or conversion raise MapDatabaseError (nothing of the
+    run can be placed without them)."""
+    check_settings(info)
     frames = conversion(info)
-    xyz, rgb = replay_map(conn, info)
+    xyz, rgb = replay_map(conn, info, refused)
     xyz = frames.points(xyz)
     max_poses = setting(info, "max_trajectory_poses")
-    finished = load_finished(conn, info.id, setting(info, "max_map_points"), max_poses)
+    finished = load_finished(conn, info.id, setting(info, "max_map_points"), max_poses, refused)
     entries, positions = [], []
     if finished is not None and len(finished[0]):   # as MapStore.points and .trajectory combine the two parts
-        combined = finished[0].copy()
-        combined.insert(xyz, rgb)
-        xyz, rgb = combined.points()
+        combined = read_record(refused, f"run {info.id}: map", lambda: _insert(finished[0].copy(), (xyz, rgb)))
+        xyz, rgb = (finished[0] if combined is None else combined).points()
         mount = rigid_inverse(frames.camera_base)
         for entry in finished[1]:
             entries.append(entry)
             positions.append((entry.pose @ mount)[:3, 3])
-    for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
-                                              (info.id,)):
-        internal = np.frombuffer(pose, np.float64).reshape(4, 4)
+    for index, stamp_ns, internal in stored_poses(conn, info.id, refused):
         entries.append((stamp_ns, frames.base_pose(internal), index))
         positions.append(frames.camera_pose(internal)[:3, 3])
     trajectory = Trajectory(max_poses)
     for stamp_ns, pose, key in entries[-max_poses:]:
         trajectory.append(stamp_ns, pose, key=key)
     positions = positions[-max_poses:]
-    windows = None
-    if setting(info, "long_run_policy") == "windowed":
-        windows = []
-        for window, first, scale, rotation, translation, error in conn.execute(
-                "SELECT window, first_index, scale, rotation, translation, overlap_error FROM windows "
-                "WHERE run = ? ORDER BY seq", (info.id,)):
-            similarity = Similarity(torch.tensor(scale, dtype=torch.float64),
-                                    torch.from_numpy(np.frombuffer(rotation, np.float64).reshape(3, 3).copy()),
-                                    torch.from_numpy(np.frombuffer(translation, np.float64).copy()))
-            windows.append(WindowRecord(window, first, similarity, float("nan") if error is None else error))
+    windows = stored_windows(conn, info.id, refused) if setting(info, "long_run_policy") == "windowed" else None
     return StoredRun(info, xyz, rgb, trajectory, windows,
                      np.array(positions, np.float64).reshape(-1, 3))

@@ -110,8 +110,8 @@ class MapRecorder:
 
 
 def open_recorder(settings, model: str, on_commit=None, resume_from: int | None = None) -> MapRecorder | NoRecorder:
-    """The recorder ``settings.map_database`` asks for: a new run in that file (a copy of run
-    ``resume_from`` to begin with), or none."""
+    """The recorder ``settings.map_database`` asks for: a new run in that file (taking run
+    ``resume_from`` over: its records move to the new run), or none."""
     if not settings.map_database:
         return NoRecorder()
     writer = MapWriter(resolve_path(settings.map_database), dataclasses.asdict(settings), model,

@@ -26,10 +26,10 @@ import torch
 
 from .frames import Placement
 from .live_windows import WindowRecord
-from .map_database import (CRASHED, RUNNING, MapDatabaseError, WriterLock, blob_array, blob_arrays, connect,
-                           resolve_path, runs)
+from .map_database import (CRASHED, RUNNING, MapDatabaseError, WriterLock, blob_array, blob_arrays, checked_array,
+                           connect, resolve_path, runs)
 from .frames import MapConversion
-from .map_readback import conversion, load_finished, load_run, replay_voxel_map
+from .map_readback import read_record, conversion, load_finished, replay_voxel_map, stored_poses, stored_windows
 from .trajectory import Trajectory
 from .voxel_map import VoxelMap
 
@@ -68,8 +68,11 @@ class Resumed:
     stale: str = ""                 # why the stored continuation cannot be used ('' if it can or there is none)
 
 
-def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
-    """The last run to continue, or None and why not (a new map starts)."""
+def load_resumed(settings, device: str, preprocessor=None) -> tuple[Resumed | None, str]:
+    """The last run to continue, or None and why not (a new map starts). A damaged run (a record
+    that cannot be read, non-finite values, stored images of another size than their results) is
+    not continued: every record is checked here, so that nothing of it reaches the Mapper.
+    ``preprocessor``: the model input's size for the stored images is checked against it."""
     path = resolve_path(settings.map_database)
     if not settings.map_database or not path.is_file():
         return None, f"resume: no map database at {path}; a new map starts"
@@ -87,16 +90,17 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
             if WriterLock.held(path):
                 return None, f"resume: run {info.id} is being written by another process; a new map starts"
             ending = CRASHED   # its writer is gone; the new run's writer marks it so in the file
-        differ = [name for name in MAP_SHAPING if info.settings.get(name) != getattr(settings, name)]
-        if differ:
-            return None, f"resume: run {info.id} was made with other {', '.join(differ)}; a new map starts"
+        refused = list(info.damaged)
+        if not refused:
+            differ = [name for name in MAP_SHAPING if info.settings.get(name) != getattr(settings, name)]
+            if differ:
+                return None, f"resume: run {info.id} was made with other {', '.join(differ)}; a new map starts"
         trajectory = Trajectory(settings.max_trajectory_poses)
-        for index, stamp_ns, pose in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
-                                                  (info.id,)):
-            trajectory.append(stamp_ns, np.frombuffer(pose, np.float64).reshape(4, 4), key=index)
+        for index, stamp_ns, pose in stored_poses(conn, info.id, refused):
+            trajectory.append(stamp_ns, pose, key=index)
         voxel_map, provisional_points = replay_voxel_map(conn, info.id, settings.map_voxel_size_m,
-                                                         settings.max_map_points)
-        records = load_run(conn, info).windows or []
+                                                         settings.max_map_points, refused=refused)
+        records = stored_windows(conn, info.id, refused) if settings.long_run_policy == "windowed" else []
         row = conn.execute("SELECT window, next_index, stream FROM continuations WHERE run = ?",
                            (info.id,)).fetchone()
         last = trajectory[-1].key if len(trajectory) else -1
@@ -108,29 +112,73 @@ def load_resumed(settings, device: str) -> tuple[Resumed | None, str]:
             # frame) and takes the next number and index after everything stored.
             window = max([row[0]] + [record.window for record in records])
             next_index = max(row[1], last + 1)
-            arrays = blob_arrays(row[2])
-            placement = Placement(rotation=arrays["rotation"], translation=arrays["translation"])
-            carried = {name: value for name, value in arrays.items()
-                       if name not in ("rotation", "translation", "provisional")}
-            stamps = dict(conn.execute("SELECT idx, stamp_ns FROM frames WHERE run = ? AND final = 0", (info.id,)))
-            points = iter(provisional_points)   # the provisional inserts, one per provisional keyframe, in order
-            for index, keyframe in arrays["provisional"].tolist():
-                value = next(points) if keyframe else None
-                if index in stamps:   # a pose the trajectory's bound dropped has nothing to finalise
-                    provisional[index] = (stamps[index], value)
-            for index, stamp_ns, rgb, pose_enc, depth, keyframe in conn.execute(
-                    "SELECT idx, stamp_ns, rgb, pose_enc, depth, keyframe FROM overlap_frames WHERE run = ? "
+            arrays = read_record(refused, f"run {info.id}: continuation", lambda: _continuation(row[2]))
+            if arrays is not None:
+                placement = Placement(rotation=arrays["rotation"], translation=arrays["translation"])
+                carried = {name: value for name, value in arrays.items()
+                           if name not in ("rotation", "translation", "provisional")}
+                stamps = dict(conn.execute("SELECT idx, stamp_ns FROM frames WHERE run = ? AND final = 0",
+                                           (info.id,)))
+                points = iter(provisional_points)   # the provisional inserts, one per provisional keyframe, in order
+                for index, keyframe in arrays["provisional"].tolist():
+                    value = next(points, None) if keyframe else None
+                    if index in stamps:   # a pose the trajectory's bound dropped has nothing to finalise
+                        provisional[index] = (stamps[index], value)
+            size = None   # (image, model input) of the first stored frame: every other one the same
+            for seq, index, stamp_ns, rgb, pose_enc, depth, keyframe in conn.execute(
+                    "SELECT seq, idx, stamp_ns, rgb, pose_enc, depth, keyframe FROM overlap_frames WHERE run = ? "
                     "ORDER BY seq", (info.id,)):
-                result = StoredResult(torch.from_numpy(blob_array(pose_enc)).to(device),
-                                      torch.from_numpy(blob_array(depth)).to(device), bool(keyframe))
-                overlap.append((index, stamp_ns, blob_array(rgb), result))
-        finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses)
+                frame = read_record(refused, f"run {info.id}: continuation frame {seq}",
+                              lambda: _overlap_frame(rgb, pose_enc, depth, preprocessor, size))
+                if frame is not None:
+                    size = size or (frame[0].shape, tuple(frame[2].shape))
+                    result = StoredResult(torch.from_numpy(frame[1]).to(device), torch.from_numpy(frame[2]).to(device),
+                                          bool(keyframe))
+                    overlap.append((index, stamp_ns, frame[0], result))
+        finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses, refused)
+        if refused:
+            more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
+            return None, (f"resume: run {info.id} in {path} cannot be read, damaged records ({'; '.join(refused[:3])}"
+                          f"{more}); a new map starts")
         return Resumed(info.id, ending, trajectory, voxel_map, finished, conversion(info), records, info.mount,
                        next_index, window, placement, overlap, provisional, carried, stale), ""
     except (MapDatabaseError, sqlite3.Error, KeyError, ValueError) as error:   # a damaged record: never raise
         return None, f"resume: the last run in {path} cannot be read ({error}); a new map starts"
     finally:
         conn.close()
+
+
+def _continuation(blob: bytes) -> dict:
+    arrays = blob_arrays(blob)
+    checked_array(arrays["rotation"], (3, 3), "placement rotation")
+    checked_array(arrays["translation"], (3,), "placement translation")
+    if arrays["provisional"].ndim != 2 or arrays["provisional"].shape[1:] != (2,) \
+            or not np.issubdtype(arrays["provisional"].dtype, np.integer):
+        raise ValueError(f"provisional frames of shape {arrays['provisional'].shape}, not [N, 2] integers")
+    for name, value in arrays.items():   # the scale state and odometry it carries
+        if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+            raise ValueError(f"{name} holds non-finite values")
+    return arrays
+
+
+def _overlap_frame(rgb_blob, pose_enc_blob, depth_blob, preprocessor, size) -> tuple:
+    """A stored overlap frame (rgb, pose encoding, depth), checked: an HxWx3 uint8 image, finite
+    results, and its size that of the first stored frame and of its result (the model input the
+    current preprocessor makes of it)."""
+    rgb, pose_enc, depth = blob_array(rgb_blob), blob_array(pose_enc_blob), blob_array(depth_blob)
+    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+        raise ValueError(f"image of shape {rgb.shape} and type {rgb.dtype}, not HxWx3 uint8")
+    checked_array(pose_enc, (-1,) * pose_enc.ndim, "pose encoding")
+    checked_array(depth, (-1,) * depth.ndim, "depth")
+    if size is not None and (rgb.shape, tuple(depth.shape)) != size:
+        raise ValueError(f"image {rgb.shape[1]}x{rgb.shape[0]} (depth {tuple(depth.shape)}) in a continuation of "
+                         f"{size[0][1]}x{size[0][0]} images (depth {size[1]})")
+    if preprocessor is not None:
+        plan = preprocessor.plan(rgb.shape[1], rgb.shape[0])
+        if tuple(depth.shape[-2:]) != (plan.height, plan.width):
+            raise ValueError(f"depth {tuple(depth.shape)} for an image of {rgb.shape[1]}x{rgb.shape[0]}, whose model "
+                             f"input is {plan.width}x{plan.height}")
+    return rgb, pose_enc, depth
 
 
 def _stale(conn, run: int) -> str:

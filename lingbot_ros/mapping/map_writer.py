@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from .map_database import (CLEAN, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
+from .map_database import (CLEAN, RUN_TABLES, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
                            connect, describe_error, mark_crashed)
 from .map_readback import replay_voxel_map
 from .voxel_map import VoxelMap, VoxelRangeError
@@ -167,7 +167,7 @@ class MapWriter:
             self.run = conn.execute("INSERT INTO runs (started_ns, settings, model, ending) VALUES (?, ?, ?, ?)",
                                     (time.time_ns(), *self._run_row, RUNNING)).lastrowid
             if self._resume_from is not None:
-                self._copy_run(self._resume_from)
+                self._take_over(self._resume_from)
             apply_retention(conn, self.run, *self._retention)
             conn.execute("COMMIT")
         except sqlite3.Error as error:
@@ -175,18 +175,18 @@ class MapWriter:
             raise MapDatabaseError(self.failure) from None
         self.text = f"writing run {self.run} to {self.path}"
 
-    def _copy_run(self, source: int) -> None:
-        """A resumed run starts as the run it continues (its map and trajectory are the Mapper's)."""
+    def _take_over(self, source: int) -> None:
+        """A resumed run starts as the run it continues: that run's records become this run's (moved,
+        not copied: the file grows with the map, not with the number of restarts) and its row goes.
+        Its continuation and provisional points come too, in this first transaction: a crash before
+        the Mapper stores its own resumes from them again."""
         conn, run = self._conn, self.run
-        conn.execute("INSERT INTO frames SELECT ?, idx, stamp_ns, pose, keyframe, window, final FROM frames "
-                     "WHERE run = ?", (run, source))
-        # Its provisional points and continuation stay out: the Mapper holds them and stores its own.
-        conn.execute("INSERT INTO map_inserts SELECT ?, seq, xyz, rgb, 0 FROM map_inserts WHERE run = ? "
-                     "AND provisional = 0", (run, source))
-        conn.execute("INSERT INTO map_checkpoints SELECT ?, upto_seq, state FROM map_checkpoints WHERE run = ?",
-                     (run, source))
-        conn.execute("INSERT INTO finished_streams SELECT ?, map_state, poses FROM finished_streams WHERE run = ?",
-                     (run, source))
+        for table in RUN_TABLES:
+            conn.execute(f"UPDATE {table} SET run = ? WHERE run = ?", (run, source))
+        # Its conversion too: the Mapper's own reaches the file at the first commit, after a crash maybe not.
+        conn.execute("UPDATE runs SET (scale, scale_known, mount, origins) = (SELECT scale, scale_known, mount, "
+                     "origins FROM runs WHERE id = ?) WHERE id = ?", (source, run))
+        conn.execute("DELETE FROM runs WHERE id = ?", (source,))
         self._indices.extend(row[0] for row in conn.execute("SELECT idx FROM frames WHERE run = ? ORDER BY idx",
                                                             (run,)))
         self._last_index = self._indices[-1] if self._indices else -1

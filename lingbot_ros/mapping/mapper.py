@@ -111,7 +111,8 @@ class Mapper:
         self.preprocessor = bundle.preprocessor
         self.long_run = make_long_run_policy(settings)
         self.robot = RobotFrames(settings)
-        resumed, resume_text = load_resumed(settings, bundle.device) if settings.resume else (None, "")
+        resumed, resume_text = (load_resumed(settings, bundle.device, bundle.preprocessor) if settings.resume
+                                 else (None, ""))
         self.recorder = open_recorder(settings, bundle.description,   # the map database, or none
                                       resume_from=resumed.run if resumed else None)
         self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses,
@@ -529,20 +530,22 @@ class Mapper:
         windows = state.windows
         batch = len(results) > 1
         for result in results:
-            pending = state.run.awaiting.popleft()
+            # Left in ``awaiting`` until placed: a failure while placing it counts it as lost (_fail).
+            pending = state.run.awaiting[0]
             is_keyframe = bool(result.is_keyframe) and (keyframe_kept or batch)
             trusted = not (batch or state.untrusted_next)
             state.untrusted_next = False
             if windows is None:
                 self._emit(outcome, pending, result, is_keyframe, trusted, final=True)
-                continue
-            for ready, warped in windows.place(pending, result):
-                keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
-                if ready.rerun:
-                    if windows.is_provisional(ready.index):
-                        self._rerun(outcome, ready, warped, keyframe)
-                else:
-                    self._emit(outcome, ready, warped, keyframe, trusted, windows.is_final(ready.position))
+            else:
+                for ready, warped in windows.place(pending, result):
+                    keyframe = is_keyframe if ready is pending else bool(warped.is_keyframe)
+                    if ready.rerun:
+                        if windows.is_provisional(ready.index):
+                            self._rerun(outcome, ready, warped, keyframe)
+                    else:
+                        self._emit(outcome, ready, warped, keyframe, trusted, windows.is_final(ready.position))
+            state.run.awaiting.popleft()
         if results:
             state.run.has_results = True
             self._restart_reason = ""
@@ -689,7 +692,8 @@ class Mapper:
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
         text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
-        lost = {p.index for p in self._stream.run.awaiting if not p.rerun}
+        placed = -1 if self._last_placed is None else self._last_placed   # frames are placed in index order
+        lost = {p.index for p in self._stream.run.awaiting if not p.rerun and p.index > placed}
         if self._last_placed != index:
             lost.add(index)
         self._counts["failed"] += len(lost)

@@ -1,11 +1,14 @@
 """Stamp policy: what an image stamp that does not follow the previous one means.
 
-    stamp >= previous, gap <= max_gap_s      accept
-    stamp >= previous, gap >  max_gap_s      hold: the next frame decides
+    stamp >  previous, gap <= max_gap_s      accept
+    stamp >  previous, gap >  max_gap_s      hold: the next frame decides
+    stamp == previous                        drop the frame (a duplicate: two frames of one instant
+                                             would be two poses at one stamp in the trajectory)
     previous - jitter_s <= stamp < previous  drop the frame (sensor or transport jitter)
     stamp <  previous - jitter_s             restart (a looped bag, a clock jump)
 
 A dropped frame leaves the policy unchanged, so one late frame cannot drag the reference back.
+A duplicate of the held frame is dropped and the held one stays held.
 
 A forward jump is held, not taken: one frame stamped an hour ahead (a clock glitch in a driver)
 would otherwise cost two restarts, the jump and the jump back, and clear the map twice. The next
@@ -63,6 +66,9 @@ def ns_from_text(text: str) -> int:
     return round(seconds * NS_PER_S)
 
 
+_DUPLICATE = "stamp equal to the previous frame's (a duplicate): dropped"
+
+
 @dataclasses.dataclass(frozen=True)
 class StampVerdict:
     action: str        # ACCEPT, DROP, RESTART or REFUSE
@@ -102,7 +108,10 @@ class StampPolicy:
         held, self._held = self._held, None
         if held is None:
             return self._decide(stamp_ns, gap_ns, item)
-        if stamp_ns >= held.stamp_ns and not self._too_far(self._gap(stamp_ns, held.stamp_ns, gap_ns)):
+        if stamp_ns == held.stamp_ns:
+            self._held = held
+            return [(StampVerdict(DROP, _DUPLICATE), item)]
+        if stamp_ns > held.stamp_ns and not self._too_far(self._gap(stamp_ns, held.stamp_ns, gap_ns)):
             return [(StampVerdict(RESTART, self._gap_text(held.jump_ns)), held.item), (StampVerdict(ACCEPT), item)]
         outlier = (self._outlier(held, "the next frame did not follow"), held.item)
         return [outlier] + self._decide(stamp_ns, gap_ns, item)
@@ -120,6 +129,8 @@ class StampPolicy:
         last = self.last_ns
         if last is None:
             return [(StampVerdict(ACCEPT), item)]
+        if stamp_ns == last:
+            return [(StampVerdict(DROP, _DUPLICATE), item)]
         if stamp_ns < last:
             back_s = (last - stamp_ns) / NS_PER_S
             if last - stamp_ns <= self.max_jitter_ns:

@@ -13,6 +13,8 @@ the reason) or turned into a clean T_parent_child [4, 4]. What is refused:
   ahead would make every later one look too old to the odometry buffer;
 - frame ids other than the configured ones (another robot's odometry);
 - a camera_info with a non-finite K, a focal length that is not positive or a zero size;
+- serialized bytes that are not a message of the topic's type (a truncated CDR payload), for the
+  inputs read raw (``deserialized``);
 - an image with a zero or negative stamp (``nonzero_stamp``; what an image stamp means beside
   that, the stamp rule, is mapping/stamps.py's, shared with the offline tool).
 """
@@ -23,6 +25,7 @@ import threading
 import time
 
 import numpy as np
+from rclpy.serialization import deserialize_message
 
 from lingbot_ros.mapping.trajectory import quaternion_to_rotation
 from lingbot_ros.ros import messages
@@ -33,6 +36,16 @@ MAX_ODOMETRY_M = 1.0e6           # 1,000 km from the odometry origin
 
 class Refused(ValueError):
     """An input value refused at the boundary; the text says why (for status and diagnostics)."""
+
+
+def deserialized(data: bytes, msg_type, what: str):
+    """Serialized bytes read raw -> the message. Raises Refused naming ``what`` for bytes that do
+    not hold one (a truncated or garbled CDR payload from a faulty sender)."""
+    try:
+        return deserialize_message(data, msg_type)
+    except Exception as error:   # rclpy's C deserialiser: RuntimeError, rclpy's own errors, ...
+        raise Refused(f"{what}: {len(data)} bytes that do not deserialise as {msg_type.__name__} "
+                      f"({type(error).__name__}: {str(error).strip() or 'cannot be deserialised'})") from None
 
 
 def checked_transform(translation, rotation, what: str, max_translation_m: float = MAX_ODOMETRY_M) -> np.ndarray:

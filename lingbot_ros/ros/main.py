@@ -5,13 +5,8 @@ import sys
 import textwrap
 import threading
 
-import rclpy
-from rclpy.exceptions import InvalidHandle
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
-from rclpy.lifecycle import TransitionCallbackReturn
-from rclpy.signals import SignalHandlerOptions
-
-from lingbot_ros.ros.node import MapNode
+# Only what installs the signal handlers is imported here: rclpy, torch and the node load inside
+# ``interrupts.run`` (seconds), so a Ctrl-C while they load is a clean stop, not a traceback.
 from lingbot_ros.tools import interrupts
 
 USAGE = """usage: lingbot-ros-node [-h] [--ros-args -p NAME:=VALUE ... --params-file FILE -r FROM:=TO ...]
@@ -56,6 +51,14 @@ def main(args=None) -> int:
 
 
 def _run(args) -> int:
+    import rclpy
+    from rclpy.exceptions import InvalidHandle
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.signals import SignalHandlerOptions
+
+    from lingbot_ros.ros.node import MapNode
+
     node = executor = None
     code = 0
     try:
@@ -97,7 +100,7 @@ def _run(args) -> int:
     return code
 
 
-def shut_down_executor(executor: MultiThreadedExecutor, spin_thread: threading.Thread | None, logger) -> None:
+def shut_down_executor(executor, spin_thread: threading.Thread | None, logger) -> None:
     """Stop ``executor`` before its nodes are destroyed: wait for the callbacks still running (its
     thread pool), join the thread spinning it, if any, and settle the callbacks' tasks that ended
     after the last spin_once collected them. An exception of theirs is retrieved and logged in one
@@ -105,6 +108,8 @@ def shut_down_executor(executor: MultiThreadedExecutor, spin_thread: threading.T
     collected otherwise; during the shutdown it is an entity or the context going away under a
     callback, not a bug to trace); one that had not ended is cancelled. rclpy keeps them in
     ``_futures``, with no public way to them."""
+    from rclpy.exceptions import InvalidHandle
+
     executor.shutdown(timeout_sec=5.0)
     if spin_thread is not None:
         spin_thread.join(5.0)

@@ -13,10 +13,9 @@ from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.duration import Duration
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.serialization import deserialize_message
 
 from lingbot_ros.mapping.settings import MAX_MOUNT_M
-from lingbot_ros.ros.input_checks import MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix
+from lingbot_ros.ros.input_checks import MAX_ODOMETRY_M, Refused, check_odometry, checked_matrix, deserialized
 from lingbot_ros.ros.messages import TfUnavailable, header_stamp_ns, stamp_msg
 from lingbot_ros.ros.tap import Tap
 from lingbot_ros.ros.tf_lookup import TfLookup
@@ -44,11 +43,14 @@ class RobotLink:
         self.mount_refusal = ""   # why TF's camera mount was refused, for as long as it matters
         # Side inputs never wait behind an image callback, nor it behind them.
         group = MutuallyExclusiveCallbackGroup()
+        def tf_refused(text: str) -> None:
+            counters.refused("tf_rejected", text)
+
         try:
-            self.lookup = TfLookup(node, on_refused=lambda text: counters.refused("tf_rejected", text))
+            self.lookup = TfLookup(node, on_refused=tf_refused)
         except TfUnavailable as error:   # no tf2_msgs: the camera_mount setting is the mount
             self.lookup, self.lookup_failure = None, str(error)
-        self.tf, why = make_tf_output(node, cfg)
+        self.tf, why = make_tf_output(node, cfg, on_refused=tf_refused)
         if self.tf is None and cfg.tf_mode != "none":
             node.get_logger().warning(why)
         needs_odometry = mapper.settings.scale_source == "odometry" or cfg.tf_mode == "map_to_odom"
@@ -83,11 +85,12 @@ class RobotLink:
                 and 0 <= stamp_ns - self._kept_ns < ODOMETRY_MIN_SPACING_NS):
             self.counters.add("odometry_received")
             return
-        self._on_odometry(deserialize_message(serialized, Odometry))
+        self._on_odometry(serialized)
 
-    def _on_odometry(self, msg) -> None:
+    def _on_odometry(self, serialized: bytes) -> None:
         self.counters.add("odometry_received")
         try:
+            msg = deserialized(serialized, Odometry, "odometry")
             stamp_ns, pose = check_odometry(msg, self.cfg.odom_frame, self.cfg.base_frame, self.clock,
                                             self.cfg.max_input_ahead_s, self.mapper.odometry_max_age_s)
         except Refused as error:

@@ -46,9 +46,9 @@ import threading
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.serialization import deserialize_message
 
 from lingbot_ros.mapping.frames import rigid_inverse
+from lingbot_ros.ros.input_checks import Refused, deserialized
 from lingbot_ros.ros.messages import (TF_STATIC_TOPIC, TF_TOPIC, TfUnavailable, stamp_ns, tf_message_type,
                                       transform_stamped)
 from lingbot_ros.ros.params import TF_MODES
@@ -98,13 +98,16 @@ class TfConflictWatch:
     it logs one ERROR naming the frame, the other parent and the other publisher, before
     ``conflict`` is set.
     ``published(child, parent, stamp_ns)`` records a transform the node is about to publish.
+    ``on_refused(text)``: a /tf message naming our child frame whose bytes are not a TFMessage
+    (a truncated payload) is refused and told there (the node counts it as rejected TF).
     Raises TfUnavailable when tf2_msgs is not importable.
     """
 
-    def __init__(self, node, child_frames):
+    def __init__(self, node, child_frames, on_refused=None):
         self.child_frames = frozenset(child_frames)
         self.conflict: TfConflict | None = None
         self._node = node
+        self._on_refused = on_refused
         self._own_name = node.get_fully_qualified_name()
         self._lock = threading.Lock()
         self._own = collections.deque(maxlen=_OWN_RECORD)   # (child, stamp_ns, parent), newest last
@@ -131,7 +134,14 @@ class TfConflictWatch:
     def _on_tf_raw(self, data: bytes, info) -> None:
         if self.conflict is not None or not any(needle in data for needle in self._needles):
             return
-        self._on_tf(deserialize_message(data, self._type), info)
+        try:
+            msg = deserialized(data, self._type, TF_TOPIC)
+        except Refused as error:
+            self._node.get_logger().warning(str(error), throttle_duration_sec=5.0)
+            if self._on_refused is not None:
+                self._on_refused(str(error))
+            return
+        self._on_tf(msg, info)
 
     def _on_tf(self, msg, info) -> None:
         if self.conflict is not None:   # sticky: nothing left to find out
@@ -198,7 +208,7 @@ class TfOutput:
     """
 
     def __init__(self, node, mode: str, map_frame: str, odom_frame: str, base_frame: str,
-                 camera_frame_name: str):
+                 camera_frame_name: str, on_refused=None):
         if mode not in TF_MODES:
             raise ValueError(f"tf_mode {mode!r}: use one of {', '.join(TF_MODES)}")
         self.mode = mode
@@ -218,7 +228,7 @@ class TfOutput:
         if mode == "none":
             return
         self._type = tf_message_type()
-        self._watch = TfConflictWatch(node, [self.child])
+        self._watch = TfConflictWatch(node, [self.child], on_refused)
         self._publisher = node.create_publisher(self._type, TF_TOPIC, TF_QOS)
 
     @property
@@ -299,13 +309,15 @@ class TfOutput:
         self._publisher = None
 
 
-def make_tf_output(node, cfg) -> tuple[TfOutput | None, str]:
+def make_tf_output(node, cfg, on_refused=None) -> tuple[TfOutput | None, str]:
     """The TF output for ``cfg.tf_mode`` (frames from cfg: map_frame, odom_frame, base_frame,
-    tf_camera_frame), or (None, why not) for tf_mode none or an install without tf2_msgs."""
+    tf_camera_frame), or (None, why not) for tf_mode none or an install without tf2_msgs;
+    ``on_refused``: TfConflictWatch's."""
     if cfg.tf_mode == "none":
         return None, "tf_mode is none"
     try:
-        output = TfOutput(node, cfg.tf_mode, cfg.map_frame, cfg.odom_frame, cfg.base_frame, cfg.tf_camera_frame)
+        output = TfOutput(node, cfg.tf_mode, cfg.map_frame, cfg.odom_frame, cfg.base_frame, cfg.tf_camera_frame,
+                          on_refused)
     except TfUnavailable as error:
         return None, f"TF output off: {error}; poses are still on ~/pose and ~/odom"
     return output, output.describe()

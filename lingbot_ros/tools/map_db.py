@@ -5,21 +5,26 @@
                                              run): what ~/save_map or lingbot-ros-offline wrote for it
     lingbot-ros-map preview DB OUT.png [--run N]   top-down picture, coloured by height, trajectory over it
 
-The run is the newest unless --run. The file is opened read-only: this works while a node writes it.
-A run stored by an older version that lacks a setting added since is read with that setting's
-default, and the output says which. Files are written all or none (mapping/staged_files.py).
+The run is the newest unless --run. The file is opened read-only (on a read-only disk too): this
+works while a node writes it, and nothing of it is ever written. An output path that is the
+database or one of its files is refused. A damaged record (a blob of another size, settings that
+are not a JSON object, non-finite values, points beyond the map's range) is left out with one line
+on stderr naming its run and record, the rest is exported, and the exit status is 1. A run stored
+by an older version that lacks a setting added since is read with that setting's default, and the
+output says which. Files are written all or none (mapping/staged_files.py).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sqlite3
 import sys
 from pathlib import Path
 
 from lingbot_ros.mapping import map_database as mdb
-from lingbot_ros.mapping.export import write_map_files
-from lingbot_ros.mapping.map_readback import defaulted, load_run
+from lingbot_ros.mapping.export import MAP_FILE_NAMES, write_map_files
+from lingbot_ros.mapping.map_readback import check_settings, defaulted, load_run
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
@@ -54,18 +59,46 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
+    refused: list[str] = []   # damaged records left out, each "run N: record: why"
     try:
-        print(COMMANDS[args.command](args))
+        print(COMMANDS[args.command](args, refused))
     except (MapToolError, mdb.MapDatabaseError, sqlite3.Error, OSError) as error:
+        _tell_refused(refused)
         print(f"lingbot-ros-map: error: {error}", file=sys.stderr)
         return 1
-    return 0
+    _tell_refused(refused)
+    return 1 if refused else 0
+
+
+def _tell_refused(refused: list[str]) -> None:
+    for text in refused:
+        print(f"lingbot-ros-map: refused (damaged record, left out): {text}", file=sys.stderr)
 
 
 def _open(path: Path) -> sqlite3.Connection:
     if not path.is_file():
         raise MapToolError(f"{path}: no such file")
     return mdb.connect(path, readonly=True)
+
+
+def _refuse_inputs(database: Path, outputs) -> None:
+    """An output path that is the database or one of its files (its journal, its lock), by name or
+    through a link, is refused before anything is written: a slip of the hand never replaces the map."""
+    real = os.path.realpath(database)
+    inputs = {real, *(f"{real}{suffix}" for suffix in ("-wal", "-shm", "-journal")), str(mdb.lock_path(database))}
+    identity = {(st.st_dev, st.st_ino) for st in map(_stat, inputs) if st is not None}
+    for output in outputs:
+        st = _stat(output)
+        if os.path.realpath(output) in inputs or (st is not None and (st.st_dev, st.st_ino) in identity):
+            raise MapToolError(f"{output} is the database {database} or one of its files (an input): choose "
+                               "another output path; nothing was written")
+
+
+def _stat(path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
 
 
 def _run(conn: sqlite3.Connection, wanted: int | None) -> mdb.RunInfo:
@@ -81,6 +114,8 @@ def _run(conn: sqlite3.Connection, wanted: int | None) -> mdb.RunInfo:
 
 
 def _defaults_note(run: mdb.RunInfo) -> str:
+    if run.damaged:
+        return "; damaged (below)"
     missing = defaulted(run)
     return (f"; stored settings lack {', '.join(missing)} (an older version wrote the run): read with "
             "the default" + ("s" if len(missing) > 1 else "")) if missing else ""
@@ -98,9 +133,14 @@ def _time(ns: int | None) -> str:
     return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def info(args) -> str:
+def info(args, refused: list[str]) -> str:
     conn = _open(args.database)
     runs = mdb.runs(conn)
+    for run in runs:   # the run's own records (settings, conversion): the rest is export's to read
+        try:
+            check_settings(run)
+        except mdb.MapDatabaseError as error:
+            refused.extend(run.damaged or [str(error)])
     alive = mdb.WriterLock.held(args.database)
     lines = [f"{args.database}: {stored_bytes(args.database) / 1e6:.1f} MB, schema {mdb.SCHEMA_VERSION}, "
              f"{len(runs)} run(s)"]
@@ -113,9 +153,10 @@ def info(args) -> str:
     return "\n".join(lines)
 
 
-def export(args) -> str:
+def export(args, refused: list[str]) -> str:
+    _refuse_inputs(args.database, [args.directory, *(args.directory / name for name in MAP_FILE_NAMES)])
     conn = _open(args.database)
-    stored = load_run(conn, _run(conn, args.run))
+    stored = load_run(conn, _run(conn, args.run), refused)
     ply, tum = write_map_files(args.directory, stored.xyz, stored.rgb, stored.trajectory, stored.windows)
     return (f"run {stored.info.id} ({stored.info.ending}): wrote {len(stored.xyz)} points to {ply} and "
             f"{len(stored.trajectory)} poses to {tum}" + ("" if stored.windows is None else
@@ -123,9 +164,10 @@ def export(args) -> str:
             + _defaults_note(stored.info))
 
 
-def preview(args) -> str:
+def preview(args, refused: list[str]) -> str:
+    _refuse_inputs(args.database, [args.output])
     conn = _open(args.database)
-    stored = load_run(conn, _run(conn, args.run))
+    stored = load_run(conn, _run(conn, args.run), refused)
     units = "m" if stored.info.scale_known else "model units"
     write_files({args.output: preview_png(
         stored.xyz, stored.camera_positions, units,
