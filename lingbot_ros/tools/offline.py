@@ -120,9 +120,9 @@ def run(args: argparse.Namespace) -> str:
     try:
         bundle = factory.build(settings)
         if bundle.random_weights:
-            print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
-                  "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
-                  "map.\n" + "!" * 78 + "\n", file=sys.stderr)
+            print("\n" + "!" * 78 + f"\n!! WARNING: --random-weights: the model is UNTRAINED.\n!! "
+                  f"{bundle.untrained_warning()}.\n!! Use --checkpoint for a map.\n" + "!" * 78 + "\n",
+                  file=sys.stderr)
         mapper = Mapper(settings, bundle)
         if settings.warmup:
             print(f"lingbot-ros-offline: warming up at {settings.warmup_image_size}", file=sys.stderr, flush=True)
