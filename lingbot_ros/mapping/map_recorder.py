@@ -1,6 +1,7 @@
 """The Mapper's seam to the map database: what it calls at its events, and nothing else.
 
-    frame(output, window, final)   a frame's pose entered or changed in the trajectory
+    frame(output, window, final)   a frame's pose entered or changed in the trajectory (a final
+                                   keyframe's image and intrinsics with it, for the COLMAP export)
     removed(index)                 a rolled-back frame left it
     cleared()                      a reset cleared the map and the trajectory
     points(xyz, rgb)               a keyframe's points were merged into the voxel map (MapStore)
@@ -23,8 +24,10 @@ import threading
 
 import numpy as np
 
+from .colmap import keyframe_intrinsic
 from .map_database import resolve_path
-from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from .records import MapperOutput
 
 
 class NoRecorder:
@@ -65,6 +68,9 @@ class MapRecorder:
     def frame(self, output, window: int, final: bool) -> None:
         self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
                          final))
+        if final and output.is_keyframe and isinstance(output, MapperOutput):   # a resumed frame's is stored
+            # The image as received and K (a tensor: the writer thread copies it to the host and encodes).
+            self.writer.put((IMAGE, output.index, output.frame.rgb, keyframe_intrinsic(output)))
 
     def removed(self, index: int) -> None:
         self.writer.put((REMOVED, index))
