@@ -196,3 +196,18 @@ def test_a_database_without_images_says_so(run, tmp_path, capsys):
     assert map_db.main(["export", "--format", "colmap", str(old), str(tmp_path / "out")]) == 1
     assert "holds no keyframe image" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_map_database_images_false_stores_poses_and_map_only(tmp_path, capsys):
+    common = ["--model-config", "tiny", "--random-weights", "--input", "synthetic:112x84:4", "--device", "cpu",
+              "--num-scale-frames", "2", "--image-width", "112", "--no-warmup", "--min-confidence", "1.0"]
+    for flag, database in (("--map-database-images", "with.db"), ("--no-map-database-images", "without.db")):
+        assert offline.main(common + ["--output", str(tmp_path / database), flag,
+                                      "--map-database", str(tmp_path / database / "map.db")]) == 0
+    capsys.readouterr()
+    assert map_db.main(["export", "--format", "colmap", str(tmp_path / "with.db" / "map.db"), str(tmp_path / "a")]) == 0
+    assert "4 images" in capsys.readouterr().out
+    assert len(pycolmap.Reconstruction(str(tmp_path / "a" / "sparse" / "0")).images) == 4
+    assert map_db.main(["export", "--format", "colmap", str(tmp_path / "without.db" / "map.db"),
+                        str(tmp_path / "b")]) == 1
+    assert "holds no keyframe image" in capsys.readouterr().err

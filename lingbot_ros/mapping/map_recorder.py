@@ -48,8 +48,9 @@ class NoRecorder:
 
 
 class MapRecorder:
-    def __init__(self, writer: MapWriter):
+    def __init__(self, writer: MapWriter, images: bool = True):
         self.writer = writer
+        self.images = images   # map_database_images
         self._records: tuple = ()
         self._conversion: tuple = (None, None)
 
@@ -68,8 +69,9 @@ class MapRecorder:
     def frame(self, output, window: int, final: bool) -> None:
         self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
                          final))
-        if final and output.is_keyframe and isinstance(output, MapperOutput):   # a resumed frame's is stored
-            # The image as received and K (a tensor: the writer thread copies it to the host and encodes).
+        # A final keyframe's image as received and K (a tensor: the writer thread copies it to the host
+        # and encodes); a resumed frame's (not a MapperOutput) is stored already.
+        if self.images and final and output.is_keyframe and isinstance(output, MapperOutput):
             self.writer.put((IMAGE, output.index, output.frame.rgb, keyframe_intrinsic(output)))
 
     def removed(self, index: int) -> None:
@@ -124,4 +126,4 @@ def open_recorder(settings, model: str, on_commit=None, resume_from: int | None 
                        settings.map_database_commit_s, settings.map_database_max_runs,
                        settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
                        settings.max_map_points, on_commit=on_commit, resume_from=resume_from)
-    return MapRecorder(writer)
+    return MapRecorder(writer, settings.map_database_images)
