@@ -3,7 +3,9 @@ sequence (courthouse, tiny fixture model, CPU) and lingbot-ros-map export --form
 database that run wrote. The poses and cameras reproject the map's points where our own projection
 (the saved trajectory, the camera mount, frames.csv's intrinsics) puts them; the images are the
 keyframes the names say; a directory holding a model is never overwritten unasked."""
+import contextlib
 import csv
+import io
 import shutil
 
 import cv2
@@ -29,14 +31,17 @@ def run(shared_dir, tmp_path_factory):
     fixture, source = shared_dir / "fixtures" / "tiny_default", shared_dir / "data" / "courthouse_jpg"
     assert (fixture / "ckpt.pt").exists() and source.is_dir(), "the tiny fixture and courthouse_jpg are needed"
     root = tmp_path_factory.mktemp("colmap")
-    code = offline.main(["--input", str(source), "--output", str(root / "out"), "--colmap", str(root / "colmap"),
-                         "--max-frames", str(FRAMES), "--checkpoint", str(fixture / "ckpt.pt"),
-                         "--model-config", str(fixture / "config.json"), "--device", "cpu", "--image-width", "112",
-                         "--num-scale-frames", "3", "--scale-frames", "3", "--sliding-window", "4",
-                         "--keyframe-interval", "2", "--min-confidence", "1.0", "--map-voxel-size-m", "0.05",
-                         "--scale-source", "fixed", "--scale", str(SCALE), "--no-warmup",
-                         "--map-database", str(root / "map.db")])
+    summary = io.StringIO()
+    with contextlib.redirect_stdout(summary):
+        code = offline.main(["--input", str(source), "--output", str(root / "out"), "--colmap", str(root / "colmap"),
+                             "--max-frames", str(FRAMES), "--checkpoint", str(fixture / "ckpt.pt"),
+                             "--model-config", str(fixture / "config.json"), "--device", "cpu", "--image-width", "112",
+                             "--num-scale-frames", "3", "--scale-frames", "3", "--sliding-window", "4",
+                             "--keyframe-interval", "2", "--min-confidence", "1.0", "--map-voxel-size-m", "0.05",
+                             "--scale-source", "fixed", "--scale", str(SCALE), "--no-warmup",
+                             "--map-database", str(root / "map.db")])
     assert code == 0
+    assert "images (" in summary.getvalue() and "in metres" in summary.getvalue()
     return root, source
 
 
@@ -133,7 +138,9 @@ def test_a_model_there_is_not_overwritten_unasked(run, tmp_path, capsys):
 def test_offline_refuses_a_model_before_the_run(tmp_path, capsys):
     (tmp_path / "colmap" / "sparse" / "0").mkdir(parents=True)
     (tmp_path / "colmap" / "sparse" / "0" / "cameras.bin").write_bytes(b"someone's")
-    code = offline.main(["--random-weights", "--input", "synthetic:64x48:2", "--output", str(tmp_path / "out"),
+    summary = io.StringIO()
+    with contextlib.redirect_stdout(summary):
+        code = offline.main(["--random-weights", "--input", "synthetic:64x48:2", "--output", str(tmp_path / "out"),
                          "--colmap", str(tmp_path / "colmap")])
     assert code == 1
     assert "already holds a COLMAP model" in capsys.readouterr().err

@@ -92,10 +92,12 @@ class ColmapSummary:
     images: int
     points: int
     image_bytes: int
+    metric: bool               # metres (the scale was known), else model units
 
     def text(self) -> str:
+        units = "metres" if self.metric else "model units (the metric scale was not known)"
         return (f"COLMAP model in {self.directory}: {self.images} images ({self.image_bytes / 1e6:.1f} MB), "
-                f"{self.points} points (sparse/0, images/)")
+                f"{self.points} points (sparse/0, images/), in {units}")
 
 
 def keyframe_jpeg(rgb: np.ndarray) -> bytes:
@@ -193,7 +195,7 @@ def check_target(directory: str | Path, overwrite: bool) -> Path:
     return directory
 
 
-def write_colmap(directory: str | Path, images: list[ColmapImage], xyz: np.ndarray, rgb: np.ndarray,
+def write_colmap(directory: str | Path, images: list[ColmapImage], xyz: np.ndarray, rgb: np.ndarray, metric: bool,
                  overwrite: bool = False, staged: StagedFiles | None = None) -> ColmapSummary:
     """The COLMAP export in ``directory`` (module docstring); with ``staged`` only staged there, for
     the caller to commit with its own files. Raises ColmapExportError (nothing written) as
@@ -220,4 +222,4 @@ def write_colmap(directory: str | Path, images: list[ColmapImage], xyz: np.ndarr
         raise
     if staged is None:
         own.commit()
-    return ColmapSummary(directory, len(images), len(xyz), sum(len(image.image.jpeg) for image in images))
+    return ColmapSummary(directory, len(images), len(xyz), sum(len(image.image.jpeg) for image in images), metric)

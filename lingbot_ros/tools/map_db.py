@@ -143,10 +143,9 @@ def export_colmap(conn: sqlite3.Connection, stored, args) -> str:
         raise MapToolError(f"run {info.id} holds no keyframe image ({info.keyframes} keyframes; runs stored before "
                            "lingbot_ros stored them, schema 1, have none): a COLMAP model needs the images; "
                            "the poses and the map are in `lingbot-ros-map export` (map.ply, trajectory.tum)")
-    summary = write_colmap(args.directory, images, stored.xyz, stored.rgb, overwrite=args.overwrite)
+    summary = write_colmap(args.directory, images, stored.xyz, stored.rgb, info.scale_known, overwrite=args.overwrite)
     missing = info.keyframes - len(images)
-    units = "metres" if info.scale_known else "model units (the metric scale was not known)"
-    return (f"run {info.id} ({info.ending}): {summary.text()}; in {units}"
+    return (f"run {info.id} ({info.ending}): {summary.text()}"
             + (f"; {missing} keyframes without a stored image are left out" if missing > 0 else "")
             + _defaults_note(info))
 

@@ -184,7 +184,7 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
         table = writer.close()
         colmap = "" if args.colmap is None else "\n" + write_colmap(
             args.colmap, export_images(mapper.saved_trajectory(), mapper.camera_base, writer.keyframe_images),
-            *mapper.map_points(), overwrite=args.overwrite, staged=staged).text()
+            *mapper.map_points(), mapper.snapshot.scale_known, overwrite=args.overwrite, staged=staged).text()
     fps = seen / max(progress.elapsed_s, 1e-9)
     steady = progress.steady_fps(seen)
     steady_text = f" ({steady:.2f} FPS after the first results)" if steady is not None else ""
