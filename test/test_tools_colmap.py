@@ -25,9 +25,11 @@ FRAMES = 12
 SCALE = 2.0   # --scale-source fixed: the export is in metres
 
 
-@pytest.fixture(scope="module")
-def run(shared_dir, tmp_path_factory):
-    """One offline run with --colmap and a map database (12 courthouse frames, keyframe interval 2)."""
+@pytest.fixture(scope="module", params=[(), ("--window-size", "6", "--overlap-size", "2")],
+                ids=["one-window", "window-switch"])
+def run(shared_dir, tmp_path_factory, request):
+    """One offline run with --colmap and a map database (12 courthouse frames, keyframe interval 2;
+    windowed, in one window or with a switch: the overlap frames' final values are exported)."""
     fixture, source = shared_dir / "fixtures" / "tiny_default", shared_dir / "data" / "courthouse_jpg"
     assert (fixture / "ckpt.pt").exists() and source.is_dir(), "the tiny fixture and courthouse_jpg are needed"
     root = tmp_path_factory.mktemp("colmap")
@@ -39,9 +41,11 @@ def run(shared_dir, tmp_path_factory):
                              "--num-scale-frames", "3", "--scale-frames", "3", "--sliding-window", "4",
                              "--keyframe-interval", "2", "--min-confidence", "1.0", "--map-voxel-size-m", "0.05",
                              "--scale-source", "fixed", "--scale", str(SCALE), "--no-warmup",
-                             "--map-database", str(root / "map.db")])
+                             "--map-database", str(root / "map.db"), *request.param])
     assert code == 0
     assert "images (" in summary.getvalue() and "in metres" in summary.getvalue()
+    windows = (root / "out" / "windows.csv").read_text().splitlines()
+    assert len(windows) == (3 if request.param else 2)   # header and one row per window
     return root, source
 
 
@@ -54,7 +58,7 @@ def check_model(directory, out, source):
     """The model in ``directory`` read by pycolmap against our own projection of the run in ``out``."""
     reconstruction = pycolmap.Reconstruction(str(directory / "sparse" / "0"))
     keyframes = keyframe_rows(out)
-    assert len(keyframes) == 8   # 3 scale frames, then every 2nd of frames 3..11
+    assert len(keyframes) >= 8   # 3 scale frames, then every 2nd of frames 3..11 (a new window: more)
     assert sorted(image.name for image in reconstruction.images.values()) == [f"{i:06d}.jpg" for i in sorted(keyframes)]
     xyz, rgb = read_ply(out / "map.ply")
     assert len(reconstruction.points3D) == len(xyz) > 100
