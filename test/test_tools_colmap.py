@@ -173,13 +173,13 @@ def test_the_database_keeps_an_image_as_long_as_its_pose(tmp_path):
 
     for index in range(3):
         writer.put((FRAME, index, index, np.eye(4), True, 0, True))
-        writer.put((IMAGE, index, rgb, k))
+        writer.put((IMAGE, index, rgb, k, (64, 48)))   # a model input of the same size: K as it is
     assert stored() == [0, 1, 2]
     writer.put((REMOVED, 2))
     assert stored() == [0, 1]
     for index in (2, 3, 4):   # max_poses 3: frames 0 and 1 leave the trajectory, their images with them
         writer.put((FRAME, index, index, np.eye(4), True, 0, True))
-        writer.put((IMAGE, index, rgb, k))
+        writer.put((IMAGE, index, rgb, k, (64, 48)))   # a model input of the same size: K as it is
     assert stored() == [2, 3, 4]
     conn = mdb.connect(path, readonly=True)
     image = load_keyframe_images(conn, writer.run)[3]

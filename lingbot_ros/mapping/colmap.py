@@ -25,7 +25,9 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import torch
 
+from ..stream.results import intrinsic_for_image
 from .frames import rigid_inverse
 from .staged_files import StagedFiles
 from .trajectory import Trajectory, rotation_to_quaternion
@@ -50,18 +52,14 @@ class KeyframeImage:
     intrinsic: np.ndarray      # [3, 3] float64 K for the image at width x height
 
     @staticmethod
-    def of(rgb: np.ndarray, intrinsic) -> "KeyframeImage":
-        """From the frame's RGB image and ``keyframe_intrinsic`` (a tensor or an array)."""
-        k = intrinsic.detach().cpu().double().numpy() if hasattr(intrinsic, "detach") else np.asarray(intrinsic)
-        return KeyframeImage(keyframe_jpeg(rgb), rgb.shape[1], rgb.shape[0], np.array(k, np.float64).reshape(3, 3))
-
-
-def keyframe_intrinsic(output):
-    """K for the frame's image as received (``output.frame.rgb``): the model's K is for its input
-    (resized, maybe centre-cropped), so it is taken back to the received resolution. A tensor
-    where the model ran (no host copy here)."""
-    height, width = output.frame.rgb.shape[:2]
-    return output.result.intrinsic_for(width, height)
+    def of(rgb: np.ndarray, intrinsic, image_size: tuple[int, int]) -> "KeyframeImage":
+        """From the frame's RGB image as received and the model's K (a tensor or an array) for its
+        input of ``image_size`` (W, H): K is taken back to the received resolution on the host
+        (the model input was resized and maybe centre-cropped), which is what the image file holds."""
+        model_k = torch.as_tensor(np.asarray(intrinsic.detach().cpu() if hasattr(intrinsic, "detach") else intrinsic,
+                                             np.float64))
+        k = intrinsic_for_image(model_k, tuple(image_size), rgb.shape[1], rgb.shape[0]).numpy()
+        return KeyframeImage(keyframe_jpeg(rgb), rgb.shape[1], rgb.shape[0], k)
 
 
 @dataclasses.dataclass(frozen=True)

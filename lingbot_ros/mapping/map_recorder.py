@@ -24,7 +24,6 @@ import threading
 
 import numpy as np
 
-from .colmap import keyframe_intrinsic
 from .map_database import resolve_path
 from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
 from .records import MapperOutput
@@ -69,10 +68,13 @@ class MapRecorder:
     def frame(self, output, window: int, final: bool) -> None:
         self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
                          final))
-        # A final keyframe's image as received and K (a tensor: the writer thread copies it to the host
-        # and encodes); a resumed frame's (not a MapperOutput) is stored already.
+        # A final keyframe's image as received (a reference) and the model's K on the host: 36 bytes
+        # after the frame's own copy to the host (Mapper._output), so no other thread touches the
+        # device; the writer thread takes K to the image's resolution and encodes. A resumed
+        # frame's (not a MapperOutput) is stored already.
         if self.images and final and output.is_keyframe and isinstance(output, MapperOutput):
-            self.writer.put((IMAGE, output.index, output.frame.rgb, keyframe_intrinsic(output)))
+            result = output.result
+            self.writer.put((IMAGE, output.index, output.frame.rgb, result.intrinsic.detach().cpu(), result.image_size))
 
     def removed(self, index: int) -> None:
         self.writer.put((REMOVED, index))

@@ -245,10 +245,10 @@ class MapWriter:
                           int(final)))
             self._last_index = max(self._last_index, index)
         elif kind == IMAGE:   # a final keyframe's image, after its FRAME: encoded here, off the frame loop
-            _, index, rgb, intrinsic = event
+            _, index, rgb, intrinsic, image_size = event
             self._done_bytes += rgb.nbytes
             if _holds(self._indices, index):
-                stored = KeyframeImage.of(rgb, intrinsic)
+                stored = KeyframeImage.of(rgb, intrinsic, image_size)
                 conn.execute("INSERT OR REPLACE INTO keyframe_images VALUES (?, ?, ?, ?, ?, ?)",
                              (run, index, stored.width, stored.height, stored.intrinsic.tobytes(), stored.jpeg))
         elif kind == REMOVED:

@@ -24,8 +24,7 @@ import numpy as np
 
 from lingbot_ros.io.sources import FrameDecodeError, SourceError, open_source
 from lingbot_ros.mapping import factory, to_numpy
-from lingbot_ros.mapping.colmap import (ColmapExportError, KeyframeImage, check_target, export_images,
-                                        keyframe_intrinsic, write_colmap)
+from lingbot_ros.mapping.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.settings import SettingsError
@@ -224,7 +223,8 @@ class FrameWriter:
             self.num_frames += 1
             self.num_keyframes += output.is_keyframe
             if output.is_keyframe and self.keep_images:
-                self.keyframe_images[output.index] = KeyframeImage.of(output.frame.rgb, keyframe_intrinsic(output))
+                self.keyframe_images[output.index] = KeyframeImage.of(output.frame.rgb, output.result.intrinsic,
+                                                                       output.result.image_size)
                 if len(self.keyframe_images) > self.keep_images:
                     del self.keyframe_images[min(self.keyframe_images)]
             depth_file = self._write_depth(output.index, to_numpy(output.depth).astype(np.float32))
