@@ -35,7 +35,6 @@ from .trajectory import Trajectory, rotation_to_quaternion
 PINHOLE = 1            # COLMAP's camera model id: params fx, fy, cx, cy
 JPEG_QUALITY = 95      # the keyframe images as stored and exported (about 3 bits per pixel)
 MODEL_FILES = ("cameras", "images", "points3D", "rigs", "frames")   # what COLMAP reads from a sparse model
-_NO_POINT3D = 2**64 - 1
 
 
 class ColmapExportError(Exception):
