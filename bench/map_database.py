@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import os
 import sys
 import tempfile
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
     parser.add_argument("--image-width", type=int, default=112)
     parser.add_argument("--commit-s", type=float, default=1.0)
     parser.add_argument("--continuation-s", type=float, default=30.0, help="map_database_continuation_s")
+    parser.add_argument("--images", action=argparse.BooleanOptionalAction, default=True,
+                        help="map_database_images: store the keyframes' images (COLMAP export)")
     parser.add_argument("--out", type=Path, default=Path("out/map_database.json"))
     args = parser.parse_args(argv)
 
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
     settings = MapperSettings(checkpoint=str(FIXTURE / "ckpt.pt"), model_config=str(FIXTURE / "config.json"),
                               device="cpu", image_width=args.image_width, warmup=False,
                               map_database=str(directory / "map.db"), map_database_commit_s=args.commit_s,
-                              map_database_continuation_s=args.continuation_s)
+                              map_database_continuation_s=args.continuation_s, map_database_images=args.images)
     commit_ms = []
     original_commit = MapWriter._commit
 
@@ -102,6 +105,8 @@ def main(argv=None) -> int:
     wall_s = time.perf_counter() - start
     mapper.close()
     size = stored_bytes(directory / "map.db")
+    with sqlite3.connect(directory / "map.db") as conn:
+        images, image_bytes = conn.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(jpeg)), 0) FROM keyframe_images").fetchone()
     points_per_keyframe = len(mapper._store.live_map.points()[0])   # not used for the released estimate
     # The released output size: 518x378 at map_points_stride 4, every point kept (the bound).
     released_points = -(-518 // settings.map_points_stride) * -(-378 // settings.map_points_stride)
@@ -121,6 +126,8 @@ def main(argv=None) -> int:
         "released_bytes_per_keyframe": released_bytes_per_keyframe,
         "released_mb_per_s_at_30_hz": round(released_bytes_per_keyframe * 30 / 1e6, 2),
         "map_voxels": points_per_keyframe,
+        "images": args.images, "keyframe_images_stored": images,
+        "image_bytes_per_keyframe": round(image_bytes / images) if images else 0,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

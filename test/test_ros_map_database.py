@@ -4,9 +4,11 @@ in /diagnostics and ~/status while every frame is still mapped."""
 import subprocess
 import sys
 
+import pycolmap
 import pytest
 
 from helpers import SaveMap, interrupt_and_check_exit
+from lingbot_ros.mapping import read_ply
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 SETTINGS = ("process_all_frames:=true", "long_run_policy:=windowed", "window_size:=10", "overlap_size:=4",
@@ -39,6 +41,16 @@ def test_export_after_a_clean_stop_is_what_save_map_wrote(ros, tiny, tmp_path):
         assert (tmp_path / "node" / name).read_bytes() == (tmp_path / "export" / name).read_bytes(), name
     info = subprocess.run(tool + ["info", str(database)], capture_output=True, text=True)
     assert "run 1: clean;" in info.stdout and "24 frames" in info.stdout, info.stdout
+    # The node stored its keyframes' images: the COLMAP export of the run, read by COLMAP's own reader.
+    colmap = subprocess.run(tool + ["export", "--format", "colmap", str(database), str(tmp_path / "colmap")],
+                            capture_output=True, text=True)
+    assert colmap.returncode == 0, colmap.stderr
+    model = pycolmap.Reconstruction(str(tmp_path / "colmap" / "sparse" / "0"))
+    keyframes = int(info.stdout.split(" keyframes)")[0].rsplit("(", 1)[1])
+    assert len(model.images) == keyframes > 0
+    assert len(model.points3D) == len(read_ply(tmp_path / "node" / "map.ply")[0])
+    for image in model.images.values():
+        assert (tmp_path / "colmap" / "images" / image.name).stat().st_size > 0
 
 
 def test_a_database_it_cannot_write_is_a_warning_and_mapping_goes_on(ros, tiny, tmp_path):

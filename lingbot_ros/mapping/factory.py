@@ -28,6 +28,15 @@ class SessionBundle:
     device: str
     description: str          # for logs: preset / file, checkpoint, device
     random_weights: bool      # no checkpoint: the output is not a map
+    architecture: str = ""    # the model_config it runs: a preset name or a JSON file
+
+    def untrained_warning(self) -> str:
+        """The start-up warning of a run without a checkpoint ("" with one): it names the
+        architecture that runs, since the released one with random weights is no map either."""
+        if not self.random_weights:
+            return ""
+        return (f"NO CHECKPOINT SET: running the '{self.architecture}' architecture with RANDOM weights. "
+                "Poses, depth and the map are NOT a reconstruction")
 
 
 def resolve_device(name: str) -> str:
@@ -103,6 +112,8 @@ def build(settings: MapperSettings) -> SessionBundle:
     """Raises with a message naming the file or setting at fault."""
     device = resolve_device(settings.device)
     model, description = load_model(settings, device)
+    _, architecture = model_config(settings)
     preprocessor = Preprocessor(target_width=settings.image_width, device=device, exact=settings.exact_resize)
     return SessionBundle(model=model, session=new_session(model, settings), preprocessor=preprocessor,
-                         device=device, description=description, random_weights=not settings.checkpoint)
+                         device=device, description=description, random_weights=not settings.checkpoint,
+                         architecture=architecture)

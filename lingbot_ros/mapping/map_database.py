@@ -28,6 +28,9 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
     overlap_frames  (run, seq): the continuation's frames, the window's newest ``ov``: the decoded image
                     as received (lossless), the window's warped result the next window aligns to (pose
                     encoding, depth, keyframe flag)
+    keyframe_images (run, idx): (schema 2) each final keyframe's image as received, as JPEG
+                    (colmap.keyframe_jpeg), its size and the model's intrinsics at that size: what the
+                    COLMAP export needs beyond the poses and the map; kept as long as the frame's pose
 
 The map is stored as its inputs, not its voxels: replaying the inserts into an empty VoxelMap of
 the run's voxel size and bound gives the in-memory map bit for bit (the voxel map is a
@@ -58,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUNNING, CLEAN, CRASHED = "running", "clean", "crashed"
 
 _MIGRATIONS = {
@@ -96,9 +99,14 @@ CREATE TABLE overlap_frames (
     rgb BLOB NOT NULL, pose_enc BLOB NOT NULL, depth BLOB NOT NULL, keyframe INTEGER NOT NULL,
     PRIMARY KEY (run, seq));
 """,
+    2: """
+CREATE TABLE keyframe_images (
+    run INTEGER NOT NULL, idx INTEGER NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,
+    intrinsic BLOB NOT NULL, jpeg BLOB NOT NULL, PRIMARY KEY (run, idx)) WITHOUT ROWID;
+""",
 }
 RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_streams", "continuations",
-              "overlap_frames")
+              "overlap_frames", "keyframe_images")
 
 
 class MapDatabaseError(Exception):

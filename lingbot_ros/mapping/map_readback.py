@@ -17,6 +17,7 @@ import sqlite3
 import numpy as np
 import torch
 
+from .colmap import KeyframeImage
 from .live_windows import WindowRecord
 from .map_database import MapDatabaseError, RunInfo, blob_array, blob_arrays, checked_array, pose_matrix
 from .frames import MapConversion, rigid_inverse
@@ -259,3 +260,18 @@ def load_run(conn: sqlite3.Connection, info: RunInfo, refused: list | None = Non
     windows = stored_windows(conn, info.id, refused) if setting(info, "long_run_policy") == "windowed" else None
     return StoredRun(info, xyz, rgb, trajectory, windows,
                      np.array(positions, np.float64).reshape(-1, 3))
+
+
+def load_keyframe_images(conn: sqlite3.Connection, run: int) -> dict[int, KeyframeImage]:
+    """The run's stored keyframe images by frame index (none in a file of schema 1, which
+    predates them)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'keyframe_images'").fetchone() is None:
+        return {}
+    images = {}
+    for index, width, height, intrinsic, jpeg in conn.execute(
+            "SELECT idx, width, height, intrinsic, jpeg FROM keyframe_images WHERE run = ? ORDER BY idx", (run,)):
+        k = np.frombuffer(intrinsic, np.float64)
+        if k.size != 9:
+            raise MapDatabaseError(f"run {run}: the stored intrinsics of frame {index} are damaged ({k.size} values)")
+        images[index] = KeyframeImage(bytes(jpeg), int(width), int(height), k.reshape(3, 3).copy())
+    return images

@@ -1,6 +1,7 @@
 """The Mapper's seam to the map database: what it calls at its events, and nothing else.
 
-    frame(output, window, final)   a frame's pose entered or changed in the trajectory
+    frame(output, window, final)   a frame's pose entered or changed in the trajectory (a final
+                                   keyframe's image and intrinsics with it, for the COLMAP export)
     removed(index)                 a rolled-back frame left it
     cleared()                      a reset cleared the map and the trajectory
     points(xyz, rgb)               a keyframe's points were merged into the voxel map (MapStore)
@@ -24,7 +25,8 @@ import threading
 import numpy as np
 
 from .map_database import resolve_path
-from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from .records import MapperOutput
 
 
 class NoRecorder:
@@ -45,8 +47,9 @@ class NoRecorder:
 
 
 class MapRecorder:
-    def __init__(self, writer: MapWriter):
+    def __init__(self, writer: MapWriter, images: bool = True):
         self.writer = writer
+        self.images = images   # map_database_images
         self._records: tuple = ()
         self._conversion: tuple = (None, None)
 
@@ -65,6 +68,13 @@ class MapRecorder:
     def frame(self, output, window: int, final: bool) -> None:
         self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
                          final))
+        # A final keyframe's image as received (a reference) and the model's K on the host: 36 bytes
+        # after the frame's own copy to the host (Mapper._output), so no other thread touches the
+        # device; the writer thread takes K to the image's resolution and encodes. A resumed
+        # frame's (not a MapperOutput) is stored already.
+        if self.images and final and output.is_keyframe and isinstance(output, MapperOutput):
+            result = output.result
+            self.writer.put((IMAGE, output.index, output.frame.rgb, result.intrinsic.detach().cpu(), result.image_size))
 
     def removed(self, index: int) -> None:
         self.writer.put((REMOVED, index))
@@ -118,4 +128,4 @@ def open_recorder(settings, model: str, on_commit=None, resume_from: int | None 
                        settings.map_database_commit_s, settings.map_database_max_runs,
                        settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
                        settings.max_map_points, on_commit=on_commit, resume_from=resume_from)
-    return MapRecorder(writer)
+    return MapRecorder(writer, settings.map_database_images)

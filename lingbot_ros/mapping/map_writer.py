@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from .colmap import KeyframeImage
 from .map_database import (CLEAN, RUN_TABLES, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
                            connect, describe_error, mark_crashed)
 from .map_readback import replay_voxel_map
@@ -41,9 +42,9 @@ MIN_CHECKPOINT_BYTES = 8 * 2**20
 CHECKPOINT_RATIO = 2
 
 # Events (tuples; the first item names them).
-FRAME, REMOVED, CLEARED, POINTS, PITCH, FINISHED, WINDOWS, CONVERSION, CONTINUATION, END, COMMIT = (
-    "frame", "removed", "cleared", "points", "pitch", "finished", "windows", "conversion", "continuation", "end",
-    "commit")
+FRAME, IMAGE, REMOVED, CLEARED, POINTS, PITCH, FINISHED, WINDOWS, CONVERSION, CONTINUATION, END, COMMIT = (
+    "frame", "image", "removed", "cleared", "points", "pitch", "finished", "windows", "conversion", "continuation",
+    "end", "commit")
 
 
 class MapWriter:
@@ -232,6 +233,8 @@ class MapWriter:
             if not self._indices or index > self._indices[-1]:
                 if len(self._indices) == self._indices.maxlen:   # the trajectory drops its oldest too
                     conn.execute("DELETE FROM frames WHERE run = ? AND idx = ?", (run, self._indices[0]))
+                    # And every older image (an ended stream's too: the combined trajectory is bounded).
+                    conn.execute("DELETE FROM keyframe_images WHERE run = ? AND idx <= ?", (run, self._indices[0]))
                 self._indices.append(index)
             elif not _holds(self._indices, index):
                 return   # a pose the trajectory no longer holds (beyond its bound) is not stored either
@@ -239,15 +242,23 @@ class MapWriter:
                          (run, index, stamp_ns, np.asarray(pose, np.float64).tobytes(), int(keyframe), window,
                           int(final)))
             self._last_index = max(self._last_index, index)
+        elif kind == IMAGE:   # a final keyframe's image, after its FRAME: encoded here, off the frame loop
+            _, index, rgb, intrinsic, image_size = event
+            self._done_bytes += rgb.nbytes
+            if _holds(self._indices, index):
+                stored = KeyframeImage.of(rgb, intrinsic, image_size)
+                conn.execute("INSERT OR REPLACE INTO keyframe_images VALUES (?, ?, ?, ?, ?, ?)",
+                             (run, index, stored.width, stored.height, stored.intrinsic.tobytes(), stored.jpeg))
         elif kind == REMOVED:
             if _holds(self._indices, event[1]):
                 self._indices.remove(event[1])
-            conn.execute("DELETE FROM frames WHERE run = ? AND idx = ?", (run, event[1]))
+            for table in ("frames", "keyframe_images"):
+                conn.execute(f"DELETE FROM {table} WHERE run = ? AND idx = ?", (run, event[1]))
         elif kind == CLEARED:
             self._indices.clear()
             self._replica = VoxelMap(self._voxel_size, self._replica.max_points)
             self._since_checkpoint = 0
-            for table in ("frames", "map_inserts", "map_checkpoints", "finished_streams"):
+            for table in ("frames", "map_inserts", "map_checkpoints", "finished_streams", "keyframe_images"):
                 conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
         elif kind == FINISHED:   # the live stream went into the finished part: a new live one starts
             _, finished_map, finished_poses, released = event
@@ -336,6 +347,8 @@ def _payload_bytes(event: tuple) -> int:
     """The array bytes an event carries to the disk (the backlog bound counts them)."""
     if event[0] == POINTS:
         return event[1].nbytes + event[2].nbytes
+    if event[0] == IMAGE:
+        return event[2].nbytes
     if event[0] == CONTINUATION and event[1] is not None:
         overlap = event[1][3]
         return (sum(xyz.nbytes + rgb.nbytes for xyz, rgb in event[2])

@@ -445,6 +445,11 @@ class Mapper:
         store = self._store
         return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
 
+    @property
+    def camera_base(self) -> np.ndarray:
+        """T_camera_base of the map's conversion (the saved trajectory's base poses -> camera poses)."""
+        return self._stream.frames.conversion.camera_base
+
     def window_records(self) -> list:
         """The windows of what is saved (ended streams still in the map, then the current one)."""
         windows = self._stream.windows

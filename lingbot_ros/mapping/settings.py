@@ -246,6 +246,9 @@ class MapperSettings:
         30.0, "map database: a windowed run stores what a resume continues from (the newest overlap_size "
               "frames' images and results) at most this often, so a run resumed after a crash aligns to "
               "them; 0 = only at a clean end (README: The map database)", minimum=0)
+    map_database_images: bool = setting(True, "map database: store each keyframe's image (JPEG, about 0.4 bytes "
+                                               "per pixel) for lingbot-ros-map export --format colmap; false = "
+                                               "poses and map only")
     map_database_max_runs: int = setting(0, "map database: runs kept, the oldest deleted when a run starts "
                                             "(0 = all)", minimum=0)
     resume: bool = setting(False, "at configure, continue the map database's last run in the same map frame: "

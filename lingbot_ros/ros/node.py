@@ -114,9 +114,8 @@ class MapNode(LifecycleNode):
             self.worker.start()
             self.output_thread = OutputThread(self._on_worker_error)
             if self.bundle.random_weights:
-                self.get_logger().warning(
-                    "NO CHECKPOINT SET: running a tiny RANDOM-WEIGHT model. Poses, depth and the map are "
-                    "NOT a reconstruction; set the 'checkpoint' parameter for real output.")
+                self.get_logger().warning(f"{self.bundle.untrained_warning()}; set the 'checkpoint' parameter "
+                                          "for real output.")
             self.get_logger().info(f"loaded {self.bundle.description}")
             if settings.resume:
                 self.get_logger().info(self.mapper.snapshot.state_text)

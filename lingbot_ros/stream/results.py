@@ -36,13 +36,21 @@ class FrameResult:
         return host[:12].reshape(3, 4), host[12:]
 
     def intrinsic_for(self, orig_w: int, orig_h: int, patch_size: int = 14) -> torch.Tensor:
-        """K for the original image that the Preprocessor turned into this frame (undoes resize + crop).
+        """K for the original image that the Preprocessor turned into this frame (``intrinsic_for_image``)."""
+        return intrinsic_for_image(self.intrinsic, self.image_size, orig_w, orig_h, patch_size)
 
-        Frames not made by the Preprocessor's rule (other height) get a plain per-axis rescale.
-        """
-        plan = resize_plan(orig_w, orig_h, self.image_size[0], patch_size)
-        if plan.height != self.image_size[1]:
-            return scale_intrinsic(self.intrinsic, self.image_size, (orig_w, orig_h))
-        K = self.intrinsic.clone()
-        K[1, 2] += plan.crop_top          # back to the uncropped resized image
-        return scale_intrinsic(K, (plan.width, plan.resized_height), (orig_w, orig_h))
+
+def intrinsic_for_image(intrinsic: torch.Tensor, image_size: tuple[int, int], orig_w: int, orig_h: int,
+                        patch_size: int = 14) -> torch.Tensor:
+    """K for the original image that the Preprocessor turned into a model input of ``image_size``
+    (W, H) with K ``intrinsic`` (undoes resize + crop). A function too, so that a thread holding
+    only K and the size (the map database's writer, on the host) uses the same rule.
+
+    Frames not made by the Preprocessor's rule (other height) get a plain per-axis rescale.
+    """
+    plan = resize_plan(orig_w, orig_h, image_size[0], patch_size)
+    if plan.height != image_size[1]:
+        return scale_intrinsic(intrinsic, image_size, (orig_w, orig_h))
+    K = intrinsic.clone()
+    K[1, 2] += plan.crop_top          # back to the uncropped resized image
+    return scale_intrinsic(K, (plan.width, plan.resized_height), (orig_w, orig_h))

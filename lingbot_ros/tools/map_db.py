@@ -3,6 +3,9 @@
     lingbot-ros-map info DB                  runs, frames, windows, how each run ended, size
     lingbot-ros-map export DB DIR [--run N]  map.ply, trajectory.tum (and windows.csv of a windowed
                                              run): what ~/save_map or lingbot-ros-offline wrote for it
+    lingbot-ros-map export --format colmap DB DIR [--run N] [--overwrite]
+                                             the keyframes and the map as a COLMAP model (sparse/0/*.bin,
+                                             images/), for Gaussian splatting and NeRF trainers
     lingbot-ros-map preview DB OUT.png [--run N]   top-down picture, coloured by height, trajectory over it
 
 The run is the newest unless --run. The file is opened read-only (on a read-only disk too): this
@@ -23,8 +26,9 @@ import sys
 from pathlib import Path
 
 from lingbot_ros.mapping import map_database as mdb
+from lingbot_ros.mapping.colmap import ColmapExportError, export_images, write_colmap
 from lingbot_ros.mapping.export import MAP_FILE_NAMES, write_map_files
-from lingbot_ros.mapping.map_readback import check_settings, defaulted, load_run
+from lingbot_ros.mapping.map_readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
@@ -42,10 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     info = commands.add_parser("info", help="runs, frames, windows, how each run ended, size")
     info.add_argument("database", type=Path)
-    export = commands.add_parser("export", help="a run's map.ply, trajectory.tum and windows.csv")
+    export = commands.add_parser("export", help="a run's map.ply, trajectory.tum and windows.csv, or a COLMAP model")
     export.add_argument("database", type=Path)
     export.add_argument("directory", type=Path)
     export.add_argument("--run", type=int, help="run id (default: the newest)")
+    export.add_argument("--format", choices=("ply", "colmap"), default="ply",
+                        help="ply: map.ply, trajectory.tum, preview.png (and windows.csv); colmap: "
+                             "sparse/0/{cameras,images,points3D}.bin and images/ (default %(default)s)")
+    export.add_argument("--overwrite", action="store_true",
+                        help="colmap: replace a COLMAP model already in DIRECTORY (refused without it)")
     preview = commands.add_parser("preview", help="a run's top-down picture (PNG)")
     preview.add_argument("database", type=Path)
     preview.add_argument("output", type=Path)
@@ -62,7 +71,7 @@ def _main(argv) -> int:
     refused: list[str] = []   # damaged records left out, each "run N: record: why"
     try:
         print(COMMANDS[args.command](args, refused))
-    except (MapToolError, mdb.MapDatabaseError, sqlite3.Error, OSError) as error:
+    except (MapToolError, mdb.MapDatabaseError, ColmapExportError, sqlite3.Error, OSError) as error:
         _tell_refused(refused)
         print(f"lingbot-ros-map: error: {error}", file=sys.stderr)
         return 1
@@ -157,11 +166,29 @@ def export(args, refused: list[str]) -> str:
     _refuse_inputs(args.database, [args.directory, *(args.directory / name for name in MAP_FILE_NAMES)])
     conn = _open(args.database)
     stored = load_run(conn, _run(conn, args.run), refused)
+    if args.format == "colmap":
+        return export_colmap(conn, stored, args)
     ply, tum = write_map_files(args.directory, stored.xyz, stored.rgb, stored.trajectory, stored.windows)
     return (f"run {stored.info.id} ({stored.info.ending}): wrote {len(stored.xyz)} points to {ply} and "
             f"{len(stored.trajectory)} poses to {tum}" + ("" if stored.windows is None else
                                                           f", {len(stored.windows)} windows")
             + _defaults_note(stored.info))
+
+
+def export_colmap(conn: sqlite3.Connection, stored, args) -> str:
+    """The run's keyframes that have a stored image (a file of schema 1 has none), their poses and the map."""
+    info = stored.info
+    keyframes = load_keyframe_images(conn, info.id)
+    images = export_images(stored.trajectory, conversion(info).camera_base, keyframes)
+    if not images:
+        raise MapToolError(f"run {info.id} holds no keyframe image ({info.keyframes} keyframes; runs stored before "
+                           "lingbot_ros stored them, schema 1, have none): a COLMAP model needs the images; "
+                           "the poses and the map are in `lingbot-ros-map export` (map.ply, trajectory.tum)")
+    summary = write_colmap(args.directory, images, stored.xyz, stored.rgb, info.scale_known, overwrite=args.overwrite)
+    missing = info.keyframes - len(images)
+    return (f"run {info.id} ({info.ending}): {summary.text()}"
+            + (f"; {missing} keyframes without a stored image are left out" if missing > 0 else "")
+            + _defaults_note(info))
 
 
 def preview(args, refused: list[str]) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 
 from lingbot_ros.io.sources import FrameDecodeError, SourceError, open_source
 from lingbot_ros.mapping import factory, to_numpy
+from lingbot_ros.mapping.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.settings import SettingsError
@@ -69,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="png16: 16-bit PNG, depth in millimetres of the map's unit, "
                              f"clipped to {DEPTH_PNG_MAX_M} (0 = below 0.5 mm); npy: float32 "
                              "[H, W] (default %(default)s)")
+    parser.add_argument("--colmap", type=Path, metavar="DIR",
+                        help="also write the keyframes and the map as a COLMAP model: DIR/sparse/0/*.bin "
+                             "and DIR/images/ (for Gaussian splatting and NeRF trainers; README)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let --colmap replace a COLMAP model already in DIR (refused without it)")
     parser.add_argument("--strict-jpeg", action=argparse.BooleanOptionalAction, default=True,
                         help="reject a JPEG libjpeg warns about (the node's strict_jpeg); "
                              "--no-strict-jpeg accepts them (default %(default)s)")
@@ -89,7 +95,7 @@ def _main(argv) -> int:
     try:
         summary = run(args)
     except (OfflineError, SourceError, ConfigError, CheckpointError, SettingsError,
-            VoxelRangeError, OSError) as err:   # OSError: an output file not written (the previous ones stay)
+            VoxelRangeError, ColmapExportError, OSError) as err:   # OSError: an output file not written (the previous ones stay)
         hint = factory.failure_hint(err, settings_from_args(args)) if isinstance(err, CheckpointError) else ""
         print(f"lingbot-ros-offline: error: {err}{hint}", file=sys.stderr)
         return 1
@@ -115,14 +121,16 @@ def run(args: argparse.Namespace) -> str:
         total = args.max_frames if total is None else min(total, args.max_frames)
     if total is None:
         raise OfflineError(f"{source.description} has no end; pass --max-frames")
+    if args.colmap is not None:
+        check_target(args.colmap, args.overwrite)   # before the run, so that a refusal costs none
 
     mapper = None
     try:
         bundle = factory.build(settings)
         if bundle.random_weights:
-            print("\n" + "!" * 78 + "\n!! WARNING: --random-weights: the model is UNTRAINED. Poses, "
-                  "depth and\n!! map.ply are noise, NOT a reconstruction. Use --checkpoint for a "
-                  "map.\n" + "!" * 78 + "\n", file=sys.stderr)
+            print("\n" + "!" * 78 + f"\n!! WARNING: --random-weights: the model is UNTRAINED.\n!! "
+                  f"{bundle.untrained_warning()}.\n!! Use --checkpoint for a map.\n" + "!" * 78 + "\n",
+                  file=sys.stderr)
         mapper = Mapper(settings, bundle)
         if settings.warmup:
             print(f"lingbot-ros-offline: warming up at {settings.warmup_image_size}", file=sys.stderr, flush=True)
@@ -142,7 +150,8 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
     """Every frame through the mapper (up to a signal), then all files staged and committed."""
     # A signal is only recorded from here on: the loop stops between frames, the save completes.
     with interrupts.deferred(), StagedFiles() as staged:
-        writer = FrameWriter(args.output, args.depth_format, staged)
+        writer = FrameWriter(args.output, args.depth_format, staged, 
+                             keep_images=settings.max_trajectory_poses if args.colmap is not None else 0)
         progress = Progress(total)
         seen = 0
         with contextlib.closing(iter(source)) as frames:
@@ -172,6 +181,9 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
                                f"{snapshot.failed} failed) but {writer.num_frames} results came back")
         saved = mapper.save(args.output, staged)
         table = writer.close()
+        colmap = "" if args.colmap is None else "\n" + write_colmap(
+            args.colmap, export_images(mapper.saved_trajectory(), mapper.camera_base, writer.keyframe_images),
+            *mapper.map_points(), mapper.snapshot.scale_known, overwrite=args.overwrite, staged=staged).text()
     fps = seen / max(progress.elapsed_s, 1e-9)
     steady = progress.steady_fps(seen)
     steady_text = f" ({steady:.2f} FPS after the first results)" if steady is not None else ""
@@ -182,7 +194,7 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
             f"time: {progress.elapsed_s:.1f} s, {fps:.2f} FPS on {bundle.device}{steady_text}\n"
             f"map: {saved.num_points} points (voxel {settings.map_voxel_size_m:g})\n"
             f"outputs: {saved.tum_path}, {table}, {writer.depth_dir}/, {saved.ply_path}, "
-            f"{Path(saved.ply_path).parent / 'preview.png'}")
+            f"{Path(saved.ply_path).parent / 'preview.png'}{colmap}")
 
 
 def report(notices) -> None:
@@ -191,9 +203,11 @@ def report(notices) -> None:
 
 
 class FrameWriter:
-    """Per-frame files of final outputs, staged in ``staged``: depth maps and the frame table."""
+    """Per-frame files of final outputs, staged in ``staged``: depth maps and the frame table; and
+    the newest ``keep_images`` keyframes' images for the COLMAP export (by frame index; the saved
+    trajectory holds no older ones)."""
 
-    def __init__(self, output_dir: Path, depth_format: str, staged: StagedFiles):
+    def __init__(self, output_dir: Path, depth_format: str, staged: StagedFiles, keep_images: int = 0):
         self.output_dir = output_dir
         self.depth_dir = output_dir / "depth"
         self.depth_dir.mkdir(parents=True, exist_ok=True)
@@ -201,11 +215,18 @@ class FrameWriter:
         self.staged = staged
         self.rows: list[tuple] = []
         self.num_frames = self.num_keyframes = 0
+        self.keep_images = keep_images
+        self.keyframe_images: dict[int, KeyframeImage] = {}
 
     def add(self, outputs: list[MapperOutput]) -> None:
         for output in outputs:
             self.num_frames += 1
             self.num_keyframes += output.is_keyframe
+            if output.is_keyframe and self.keep_images:
+                self.keyframe_images[output.index] = KeyframeImage.of(output.frame.rgb, output.result.intrinsic,
+                                                                       output.result.image_size)
+                if len(self.keyframe_images) > self.keep_images:
+                    del self.keyframe_images[min(self.keyframe_images)]
             depth_file = self._write_depth(output.index, to_numpy(output.depth).astype(np.float32))
             k = to_numpy(output.result.intrinsic)
             self.rows.append((output.index, seconds_text(output.stamp_ns), int(output.is_keyframe),
