@@ -4,6 +4,7 @@
     lingbot-ros-map export DB DIR [--run N]  map.ply, trajectory.tum (and windows.csv of a windowed
                                              run): what ~/save_map or lingbot-ros-offline wrote for it
     lingbot-ros-map preview DB OUT.png [--run N]   top-down picture, coloured by height, trajectory over it
+    lingbot-ros-map view DB [--run N] [--port P]   the run in the browser's 3D view until Ctrl-C
 
 The run is the newest unless --run. The file is opened read-only: this works while a node writes it.
 A run stored by an older version that lacks a setting added since is read with that setting's
@@ -20,10 +21,13 @@ from pathlib import Path
 from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.export import write_map_files
 from lingbot_ros.mapping.map_readback import defaulted, load_run
+from lingbot_ros.mapping.map_view import stored_view
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
 from lingbot_ros.tools import interrupts
+from lingbot_ros.viewer import serve
+from lingbot_ros.viewer.live_view import POSE_BUDGET
 
 
 class MapToolError(Exception):
@@ -45,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("database", type=Path)
     preview.add_argument("output", type=Path)
     preview.add_argument("--run", type=int, help="run id (default: the newest)")
+    view = commands.add_parser("view", help="a run in the browser's 3D view (points, trajectory, last camera)")
+    view.add_argument("database", type=Path)
+    view.add_argument("--run", type=int, help="run id (default: the newest)")
+    serve.add_arguments(view, required=True)
     return parser
 
 
@@ -134,7 +142,22 @@ def preview(args) -> str:
     return f"run {stored.info.id}: wrote {args.output}{_defaults_note(stored.info)}"
 
 
-COMMANDS = {"info": info, "export": export, "preview": preview}
+def view(args) -> str:
+    """Serve the run until Ctrl-C (the text is what is shown, printed once it is served)."""
+    conn = _open(args.database)
+    stored = load_run(conn, _run(conn, args.run))
+    viewer = serve.start(args, "lingbot-ros-map")
+    if viewer is None:
+        raise MapToolError("the view did not start (the reason is above)")
+    shown = stored_view(stored, args.viewer_point_budget, POSE_BUDGET)
+    viewer.show(shown)
+    print(f"run {stored.info.id} ({stored.info.ending}): {len(shown.xyz)} of {shown.map_points} points, "
+          f"{shown.poses} poses{_defaults_note(stored.info)}", flush=True)
+    serve.until_stopped(viewer, "lingbot-ros-map", f"run {stored.info.id}")
+    return ""
+
+
+COMMANDS = {"info": info, "export": export, "preview": preview, "view": view}
 
 
 if __name__ == "__main__":
