@@ -167,6 +167,14 @@ def test_a_hundred_reloads_and_dropped_clients_do_not_change_mapping(make_mapper
     finally:
         viewer.close()
     assert len(done) == 100
+    # The scene (viser's handles) holds the final map's sample, every pose and the newest camera.
+    view = viewer.shown
+    assert view.map_points == len(xyz) and len(view.xyz) == len(xyz[::stride(len(xyz), 300)])
+    np.testing.assert_array_equal(viewer.nodes["/map"].points, view.xyz)
+    np.testing.assert_array_equal(viewer.nodes["/map"].colors, view.rgb)
+    assert viewer.nodes["/trajectory"].points.shape == (FRAMES - 1, 2, 3)
+    np.testing.assert_allclose(viewer.nodes["/camera"].position, view.camera_positions[-1],
+                               atol=1e-6)
     np.testing.assert_array_equal(poses, reference_poses)
     np.testing.assert_array_equal(xyz, reference_xyz)
     np.testing.assert_array_equal(rgb, reference_rgb)

@@ -91,9 +91,11 @@ class LiveView:
         self._due = 0.0
         self._path = np.zeros((0, 3))
         self._path_poses = 0
-        self._view: MapView | None = None
+        self._size = 1.0                     # the map's size (the camera and the points are drawn to it)
+        self.shown: MapView | None = None   # the map view last drawn
         self._offered = self._drawn = 0      # updates handed over, and drawn (``settle``)
         self.error = ""                      # the drawing thread's last error (it goes on)
+        self.nodes: dict = {}                # scene node name -> its viser handle, as last drawn
         self._thread = threading.Thread(target=self._run, name="lingbot_live_view", daemon=True)
         self._thread.start()
 
@@ -162,9 +164,12 @@ class LiveView:
     def _draw(self, pending: _Pending) -> None:
         scene = self._server.scene
         if pending.view is not None:
-            view = self._view = pending.view
-            scene.add_point_cloud("/map", view.xyz, view.rgb, point_size=view.voxel_size, precision="float32")
-            self._frame_the_map(view)
+            view = self.shown = pending.view
+            self._size = self._frame_the_map(view)
+            # A voxel's size, or bigger where the map is far larger than its voxels (a sample of it
+            # would otherwise be specks).
+            self.nodes["/map"] = scene.add_point_cloud("/map", view.xyz, view.rgb, precision="float32",
+                                                       point_size=max(view.voxel_size, self._size / 300))
             self._path, self._path_poses = view.camera_positions, view.poses
             if view.camera is not None:
                 self._camera(view.camera)
@@ -173,35 +178,39 @@ class LiveView:
             self._path_poses += len(pending.positions)
         if len(self._path) > 1:
             segments = np.stack([self._path[:-1], self._path[1:]], axis=1).astype(np.float32)
-            scene.add_line_segments("/trajectory", segments, (255, 64, 32), thickness=2.0, thickness_units="screen")
+            self.nodes["/trajectory"] = scene.add_line_segments("/trajectory", segments, (255, 64, 32), thickness=2.0,
+                                                                thickness_units="screen")
         if pending.output is not None:
             self._camera(ViewCamera.of_output(pending.output))
         self._text.content = self._status()
 
-    def _frame_the_map(self, view: MapView) -> None:
+    def _frame_the_map(self, view: MapView) -> float:
         """A page opened (or its view reset) from now on looks at the whole map from behind and
-        above its start (map: x forward, z up); a page already open keeps its own camera."""
+        above its start (map: x forward, z up); a page already open keeps its own camera.
+        Returns the map's size (its bulk: 2nd to 98th percentile)."""
         points = view.xyz if len(view.xyz) else view.camera_positions
-        if not len(points):
-            return
-        low, high = np.percentile(points, [2, 98], axis=0)
-        centre, size = (low + high) / 2, max(float((high - low).max()), 10 * view.voxel_size)
-        self._server.initial_camera.look_at = centre
-        self._server.initial_camera.position = centre + size * np.array([-1.0, -0.4, 0.8])
+        size = 10 * view.voxel_size
+        if len(points):
+            low, high = np.percentile(points, [2, 98], axis=0)
+            centre, size = (low + high) / 2, max(float((high - low).max()), size)
+            self._server.initial_camera.look_at = centre
+            self._server.initial_camera.position = centre + size * np.array([-1.0, -0.4, 0.8])
+        return size
 
     def _camera(self, camera: ViewCamera) -> None:
         scene = self._server.scene
-        extent = np.ptp(self._path, axis=0).max() if len(self._path) > 1 else 0.0
-        size = max(0.05 * float(extent), 10 * (self._view.voxel_size if self._view is not None else 0.05))
+        size = 0.05 * self._size
         wxyz, position = self._so3.from_matrix(camera.pose[:3, :3]).wxyz, camera.pose[:3, 3]
         if camera.fov_y is None:   # intrinsics unknown (a stored run): the camera's axes
-            scene.add_frame("/camera", axes_length=size, axes_radius=size / 20, wxyz=wxyz, position=position)
+            self.nodes["/camera"] = scene.add_frame("/camera", axes_length=size, axes_radius=size / 20, wxyz=wxyz,
+                                                    position=position)
         else:
-            scene.add_camera_frustum("/camera", camera.fov_y, camera.aspect, scale=size, color=(32, 96, 255),
-                                     thickness=2.0, thickness_units="screen", wxyz=wxyz, position=position)
+            self.nodes["/camera"] = scene.add_camera_frustum(
+                "/camera", camera.fov_y, camera.aspect, scale=size, color=(32, 96, 255), thickness=2.0,
+                thickness_units="screen", wxyz=wxyz, position=position)
 
     def _status(self) -> str:
-        view = self._view
+        view = self.shown
         if view is None:
             return f"poses: {self._path_poses}"
         return (f"points: {len(view.xyz)} of {view.map_points} · poses: {self._path_poses} · "
