@@ -3,6 +3,7 @@ websocket clients: what it samples, and that nothing a browser does (a port in u
 reloads, a client gone mid-update) changes what mapping computes. The page in a real browser:
 test_viewer_browser.py."""
 import asyncio
+import re
 import socket
 import threading
 
@@ -16,7 +17,7 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.map_view import sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
-from lingbot_ros.mapping.settings import MapperSettings
+from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -101,6 +102,17 @@ def test_view_is_an_even_sample_of_the_map(make_mapper, courthouse):
     entry, conversion = mapper.path_poses(1)[0]
     np.testing.assert_allclose(view.camera_positions[-1], conversion.camera_pose(entry.pose)[:3, 3], atol=1e-9)
     assert view.units == "model units" and view.voxel_size == 0.02
+
+
+def test_the_node_parameters_are_checked_with_what_to_change():
+    from lingbot_ros.ros import params
+
+    for values, message in (({"viewer_port": 80}, "'viewer_port' must be 0 (off) or at least 1024"),
+                            ({"viewer_port": 70000}, "'viewer_port' must be <= 65535"),
+                            ({"viewer_point_budget": 0}, "'viewer_point_budget' must be >= 1")):
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            params.split(values)
+    assert params.split({})[1].viewer_port == 0   # off by default
 
 
 def test_a_port_in_use_is_refused_clearly():

@@ -47,8 +47,7 @@ def _below_1(value) -> str | None:
 
 
 def _port(value) -> str | None:
-    return None if value == 0 or 1024 <= value <= 65535 else \
-        "must be 0 (off) or a port from 1024 to 65535 (lower ones need root)"
+    return None if value == 0 or value >= 1024 else "must be 0 (off) or at least 1024 (lower ports need root)"
 
 
 def _not_empty(value) -> str | None:
