@@ -72,47 +72,45 @@ def shows_a_map(path: Path) -> None:
     assert len(np.unique(pixels[drawn] // 32, axis=0)) > 10, path
 
 
+def screenshot_when(browser: Browser, text: str, name: str) -> None:
+    """Once the page says ``text``, its screenshot (test/artefacts/NAME) shows the map."""
+    browser.wait_for_text(text)
+    time.sleep(5.0)   # the point cloud faded in
+    shows_a_map(browser.screenshot(ARTEFACTS / name))
+
+
 def test_offline_viewer_and_stored_run_in_chromium(tmp_path, fixture_files, shared_data):
     out, port = tmp_path / "out", free_port()
     database = tmp_path / "map.db"
     tool = Tool(["lingbot_ros.tools.offline", "--input", str(shared_data("courthouse_jpg")), "--output", str(out),
                  "--model-config", fixture_files["model_config"], "--checkpoint", fixture_files["checkpoint"],
-                 "--device", "cpu", "--max-frames", str(FRAMES), "--image-width", "112", "--map-points-stride", "1", "--num-scale-frames", "3",
-                 "--scale-frames", "3", "--sliding-window", "8", "--min-confidence", "0", "--map-voxel-size-m",
-                 "0.01", "--long-run-policy", "reset", "--map-database", str(database),
+                 "--device", "cpu", "--max-frames", str(FRAMES), "--image-width", "112", "--map-points-stride", "1",
+                 "--num-scale-frames", "3", "--scale-frames", "3", "--sliding-window", "8", "--min-confidence", "0",
+                 "--map-voxel-size-m", "0.01", "--long-run-policy", "reset", "--map-database", str(database),
                  "--viewer", str(port), "--viewer-point-budget", str(BUDGET)])
+    browser = None
     try:
         tool.wait_for(f"live view: http://127.0.0.1:{port}", 300)
         browser = Browser(f"http://127.0.0.1:{port}")   # opened while frames are processed
-        try:
-            tool.wait_for("live view of the final map", 600)
-            xyz, _ = read_ply(out / "map.ply")
-            poses = len(read_tum(out / "trajectory.tum"))
-            shown = len(xyz[::stride(len(xyz), BUDGET)])
-            assert poses == FRAMES and len(xyz) > BUDGET
-            browser.wait_for_text(f"points: {shown} of {len(xyz)} · poses: {poses} · units: model units")
-            time.sleep(5.0)   # the point cloud's first frames drawn
-            shows_a_map(browser.screenshot(ARTEFACTS / "live_view_offline.png"))
-        finally:
-            browser.close()
+        tool.wait_for("live view of the final map", 600)
+        xyz, _ = read_ply(out / "map.ply")
+        poses = len(read_tum(out / "trajectory.tum"))
+        assert poses == FRAMES and len(xyz) > BUDGET
+        expected = f"points: {len(xyz[::stride(len(xyz), BUDGET)])} of {len(xyz)} · poses: {poses} · units: model units"
+        screenshot_when(browser, expected, "live_view_offline.png")
+        assert tool.interrupt() == 0
+        browser.close()
+
+        # The run again, from its map database.
+        port = free_port()
+        tool = Tool(["lingbot_ros.tools.map_db", "view", str(database), "--port", str(port),
+                     "--viewer-point-budget", str(BUDGET)])
+        tool.wait_for("live view of run 1", 300)
+        browser = Browser(f"http://127.0.0.1:{port}")
+        screenshot_when(browser, expected, "live_view_stored_run.png")
         assert tool.interrupt() == 0
     finally:
+        if browser is not None:
+            browser.close()
         if tool.process.poll() is None:
             tool.process.kill()
-
-    port = free_port()
-    view = Tool(["lingbot_ros.tools.map_db", "view", str(database), "--port", str(port),
-                 "--viewer-point-budget", str(BUDGET)])
-    try:
-        view.wait_for("live view of run 1", 300)
-        browser = Browser(f"http://127.0.0.1:{port}")
-        try:
-            browser.wait_for_text(f"points: {shown} of {len(xyz)} · poses: {poses} · units: model units")
-            time.sleep(5.0)
-            shows_a_map(browser.screenshot(ARTEFACTS / "live_view_stored_run.png"))
-        finally:
-            browser.close()
-        assert view.interrupt() == 0
-    finally:
-        if view.process.poll() is None:
-            view.process.kill()

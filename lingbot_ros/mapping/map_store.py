@@ -159,7 +159,7 @@ class MapStore:
             xyz_parts.append(xyz if part is self._finished_map else conversion.points(xyz))
             rgb_parts.append(rgb)
         if not xyz_parts:
-            return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8), 0
+            return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8), sum(counts)
         return np.concatenate(xyz_parts), np.concatenate(rgb_parts), sum(counts)
 
     def view_path(self, conversion: MapConversion, budget: int) -> tuple[np.ndarray, int]:
