@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             outcomes.append(outcome)
         if len(outcomes) + settings.num_scale_frames > args.frames:
             break
-    map_points = mapper.view(1, 1).map_points
+    map_points = mapper.snapshot.map_points
     print(f"map: {map_points} points, {len(outcomes)} outcomes to replay", file=sys.stderr)
 
     with socket.socket() as probe:
