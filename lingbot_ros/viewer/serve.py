@@ -13,9 +13,10 @@ SETTLE_S = 30.0       # how long the end waits for the last scene update to be d
 
 
 def port(text: str) -> int:
+    """The node's viewer_port rule (ros/params.py), less its 0 (off): a flag left out is off."""
     value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {value}")
+    if not 1024 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1024 to 65535 (lower ones need root), got {value}")
     return value
 
 
