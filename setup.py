@@ -51,6 +51,8 @@ setup(
         "ros": ros_kilted,
         "ros-jazzy": ros_jazzy,
         "gpu": ["flashinfer-python==0.7.4"],
+        # the live 3D view in the browser (viewer_port, --viewer, lingbot-ros-map view)
+        "viewer": ["viser==1.1.1"],
         # the benchmarks' plots (bench/)
         "bench": ["matplotlib==3.11.2"],
         "test": ["pytest", "pytest-timeout", "hypothesis"],

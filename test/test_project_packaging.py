@@ -15,6 +15,8 @@ import pytest
 import setuptools
 import yaml
 
+from lingbot_ros.viewer.live_view import VISER_PIN
+
 REPO = Path(__file__).resolve().parents[1]
 # The node's outputs that the RViz config and the Foxglove layout show.
 VIEWED_TOPICS = {"/map_node/pose", "/map_node/path", "/map_node/map", "/map_node/points",
@@ -26,8 +28,8 @@ ROSDEP_KEYS = {"numpy": "python3-numpy", "PIL": "python3-pil", "cv2": "python3-o
 # Declared but not imported by name: rclpy.lifecycle needs lifecycle_msgs, and generated
 # interfaces need rosidl_default_runtime.
 INDIRECT_DEPENDS = {"lifecycle_msgs", "rosidl_default_runtime"}
-# Imported only where present, never declared: FlashInfer is the [gpu] extra.
-OPTIONAL_IMPORTS = {"flashinfer"}
+# Imported only where present, never declared: FlashInfer is the [gpu] extra, viser the [viewer] one.
+OPTIONAL_IMPORTS = {"flashinfer", "viser"}
 
 
 def _imported_top_level_modules(paths) -> set:
@@ -78,6 +80,8 @@ def test_setup_extras_are_the_pinned_requirement_files(monkeypatch):
     assert [p.split("==")[0][len("ros-kilted-"):] for p in extras["ros"]] == \
         [p.split("==")[0][len("ros-jazzy-"):] for p in extras["ros-jazzy"]]
     assert not any("visualization" in pin for pins in extras.values() for pin in pins)
+    # The live view's viser: the one pin in the extra, the dev requirements and the error text.
+    assert extras["viewer"] == [VISER_PIN] and VISER_PIN in _pins(REPO / "requirements-dev.txt")
 
 
 def test_setup_installs_rviz_and_the_layout_to_share(monkeypatch):

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .frames import MapConversion
+from .frames import MapConversion, rigid_inverse
 from .map_builder import MapBuilder
+from .map_view import sample_path, share, stride
 from .trajectory import StampedPose, Trajectory
 from .voxel_map import VoxelMap
 
@@ -137,6 +138,48 @@ class MapStore:
         combined = self._finished_map.copy()
         combined.insert(conversion.points(xyz), rgb)
         return combined.points()
+
+    def view_points(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], budget: int) \
+            -> tuple[np.ndarray, np.ndarray, int]:
+        """At most ``budget`` of the map's points in ``map`` (xyz float32, rgb uint8), an even
+        sample of every part (map_view.py), the held keyframe and ``extra`` (in I) as points of
+        their own; and how many points the parts hold. Changes nothing (waits for the map builder)."""
+        live = self._live.map
+        loose = ([self._held[1]] if self._held is not None else []) + list(extra)
+        counts = [len(self._finished_map), len(live)] + [len(xyz) for xyz, _ in loose]
+        xyz_parts, rgb_parts = [], []
+        for part, count, quota in zip([self._finished_map, live, *loose], counts, share(counts, budget)):
+            if not quota:
+                continue
+            every = stride(count, quota)
+            if isinstance(part, VoxelMap):
+                xyz, rgb = part.points(every)
+            else:
+                xyz, rgb = part[0][::every], part[1][::every]
+            xyz_parts.append(xyz if part is self._finished_map else conversion.points(xyz))
+            rgb_parts.append(rgb)
+        if not xyz_parts:
+            return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8), sum(counts)
+        return np.concatenate(xyz_parts), np.concatenate(rgb_parts), sum(counts)
+
+    def view_path(self, conversion: MapConversion, budget: int) -> tuple[np.ndarray, int]:
+        """At most ``budget`` camera positions in ``map`` [m, 3], oldest first, evenly sampled
+        (the newest among them); and how many poses the trajectory holds."""
+        entries = self.newest_poses(self.max_poses, conversion)
+        picked = [entries[i] for i in sample_path(np.arange(len(entries)), budget)]
+        if not picked:
+            return np.zeros((0, 3)), 0
+        poses = np.array([entry.pose for entry, _ in picked]).reshape(-1, 4, 4)
+        in_map = np.array([conv is None for _, conv in picked])
+        positions = poses[:, :3, 3].copy()
+        # Earlier streams are stored as T_M_base: the camera is T_M_base @ T_base_camera.
+        base_camera = rigid_inverse(conversion.camera_base)
+        positions[in_map] += poses[in_map, :3, :3] @ base_camera[:3, 3]
+        live = ~in_map
+        if live.any() and not conversion.is_identity:
+            positions[live] = (conversion.scale * (positions[live] - conversion.origin_internal)
+                               + conversion.origin_map)
+        return positions, len(entries)
 
     @property
     def live_map(self) -> VoxelMap:

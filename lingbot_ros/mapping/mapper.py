@@ -16,6 +16,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
+    view(point_budget, pose_budget) -> MapView    samples for a live view (map_view.py), no change
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Vocabulary (code, notices, status and diagnostics use it alike):
@@ -59,6 +60,7 @@ from .factory import SessionBundle
 from .keyframes import MotionPolicy
 from .live_windows import LiveWindows, Pending
 from .map_store import MapStore
+from .map_view import MapView
 from .long_run import make_long_run_policy
 from .map_recorder import open_recorder
 from .map_resume import load_resumed
@@ -388,6 +390,16 @@ class Mapper:
             raise FloatingPointError(f"{int((~finite).sum())} of {len(xyz)} map points are not finite: the map "
                                      "is not published or saved")
         return xyz, rgb
+
+    def view(self, point_budget: int, pose_budget: int) -> MapView:
+        """What a live view draws (map_view.py): even samples of the map (provisional keyframes
+        included, as in ``map_points``) and of the camera path. Read without changing anything:
+        the held keyframe stays undoable."""
+        conversion = self._stream.frames.conversion
+        xyz, rgb, total = self._store.view_points(conversion, self._provisional_points(), point_budget)
+        positions, poses = self._store.view_path(conversion, pose_budget)
+        return MapView(xyz, rgb, total, positions, poses, units="m" if conversion.metric.known else "model units",
+                       voxel_size=self.settings.map_voxel_size_m)
 
     def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """A windowed run's provisional keyframes' points (in I) with their current values: a

@@ -44,6 +44,7 @@ from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.worker import FrameInbox, Worker
+from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
 # On a machine that has never run the model on CUDA, the warm-up JIT-compiles FlashInfer's
 # kernels and torch.compile's (over a minute on an H200); later starts reuse the disk caches.
@@ -68,6 +69,8 @@ class MapNode(LifecycleNode):
         self._own_services: list = []
         self._own_timers: list = []
         self.robot: RobotLink | None = None
+        self.viewer: LiveView | None = None
+        self._viewer_refusal = ""   # why viewer_port is not served: a standing WARN in /diagnostics
         # Held by timer-thread users of the publishers (status, the map timer) and while cleanup
         # destroys them: rclpy raises InvalidHandle on a destroyed publisher and the executor's
         # spin_once re-raises it in main, which killed the node.
@@ -129,6 +132,7 @@ class MapNode(LifecycleNode):
             self._own_services = services.create(self, self._service_group)
             self._start_timers()
             self.robot = RobotLink(self, self.cfg, self.mapper, self.counters, self.image_clock)
+            self._start_viewer()
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
             hint = factory.failure_hint(error, settings)
             self.configure_error = f"configure failed: {type(error).__name__}: {error}{hint}"
@@ -196,6 +200,9 @@ class MapNode(LifecycleNode):
             self.outputs = None
         if self.robot is not None:
             self.robot.destroy()
+        if self.viewer is not None:
+            self.viewer.close()
+            self.viewer = None
         if self.mapper is not None:
             self.mapper.close()
         device = self.bundle.device if self.bundle is not None else "cpu"
@@ -231,6 +238,8 @@ class MapNode(LifecycleNode):
             copies = [to_host(output, fields) for output in outcome.new]
             self.output_thread.submit(self.safety.guard("image publication",
                                                         lambda: self._publish_images(copies)))
+        if self.viewer is not None:
+            self.viewer.update(self.mapper, outcome)
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6)
         self.publish_status()
 
@@ -272,6 +281,8 @@ class MapNode(LifecycleNode):
         warnings = list(self._qos_warnings.values())
         if self.robot is not None:
             warnings.extend(self.robot.warnings())
+        if self._viewer_refusal:
+            warnings.append(self._viewer_refusal)
         return tuple(warnings)
 
     def lifecycle_text(self) -> str:
@@ -311,6 +322,20 @@ class MapNode(LifecycleNode):
             self._own_timers.append(self.create_timer(cfg.map_publish_period_s,
                                                       self.safety.guard("map timer", self._on_map_timer),
                                                       callback_group=group))
+
+    def _start_viewer(self) -> None:
+        """The live view (viewer_port): a refusal (port in use, viser missing) is an error in the
+        log and a WARN in /diagnostics; mapping goes on without the view."""
+        self._viewer_refusal = ""
+        if not self.cfg.viewer_port:
+            return
+        try:
+            self.viewer = LiveView(self.cfg.viewer_port, self.cfg.viewer_point_budget)
+        except ViewerError as error:
+            self._viewer_refusal = f"live view off: {error}"
+            self.get_logger().error(f"{self._viewer_refusal}; mapping goes on")
+            return
+        self.get_logger().info(f"live view: {self.viewer.url}")
 
     def _on_diagnostics_timer(self) -> None:
         mapper, bundle, inputs, cfg = self.mapper, self.bundle, self.inputs, self.cfg or params.NodeSettings()

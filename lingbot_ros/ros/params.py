@@ -16,6 +16,7 @@ from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
 from lingbot_ros.mapping.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
 from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
                                           field_errors, setting)
+from lingbot_ros.viewer.live_view import DEFAULT_POINT_BUDGET as VIEWER_POINT_BUDGET
 
 QOS_CHOICES = ("sensor_data", "reliable", "best_effort")
 IMAGE_QOS_CHOICES = ("auto",) + QOS_CHOICES
@@ -45,6 +46,10 @@ def _below_1(value) -> str | None:
     return None if value < 1 else "must be below 1"
 
 
+def _port(value) -> str | None:
+    return None if value == 0 or value >= 1024 else "must be 0 (off) or at least 1024 (lower ports need root)"
+
+
 def _not_empty(value) -> str | None:
     return None if value.strip() else "must name a directory (empty would write into the working directory)"
 
@@ -62,6 +67,9 @@ MIN_DIAGNOSTICS_PERIOD_S = 0.05
 # 72,000 of them.
 MAX_DIAGNOSTICS_WINDOW_S = 3600.0
 MAX_QUEUED_FRAMES = 1000
+# The live view's sample of the map: 200,000 points are ~2 MB a refresh; 5 million is what a
+# browser still draws.
+MAX_VIEWER_POINTS = 5_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +139,12 @@ class NodeSettings:
     map_publish_period_s: float = setting(2.0, f"period of ~/map (0 = never published; else at least "
                                                f"{MIN_PERIOD_S:g} s)", minimum=0, maximum=MAX_PERIOD_S,
                                           check=_period(MIN_PERIOD_S), when=LIVE)
+    viewer_port: int = setting(0, "serve the live 3D view (the map's points, the trajectory, the newest camera) "
+                                  "on http://127.0.0.1:<port> (0 = off; needs viser: pip install "
+                                  "'lingbot_ros[viewer]'); a port in use is refused with an error and mapping goes "
+                                  "on without the view", minimum=0, maximum=65535, check=_port)
+    viewer_point_budget: int = setting(VIEWER_POINT_BUDGET, "most map points the live view sends (an even sample "
+                                                            "of the map)", minimum=1, maximum=MAX_VIEWER_POINTS)
     save_directory: str = setting("lingbot_maps", "directory of ~/save_map; a relative one is under $ROS_HOME "
                                                   "(default ~/.ros), and a save_map request's relative directory "
                                                   "is under it", check=_not_empty, when=LIVE)

@@ -7,6 +7,7 @@
                                              the keyframes and the map as a COLMAP model (sparse/0/*.bin,
                                              images/), for Gaussian splatting and NeRF trainers
     lingbot-ros-map preview DB OUT.png [--run N]   top-down picture, coloured by height, trajectory over it
+    lingbot-ros-map view DB [--run N] [--port P]   the run in the browser's 3D view until Ctrl-C
 
 The run is the newest unless --run. The file is opened read-only (on a read-only disk too): this
 works while a node writes it, and nothing of it is ever written. An output path that is the
@@ -29,10 +30,13 @@ from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.colmap import ColmapExportError, export_images, write_colmap
 from lingbot_ros.mapping.export import MAP_FILE_NAMES, write_map_files
 from lingbot_ros.mapping.map_readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
+from lingbot_ros.mapping.map_view import stored_view
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
 from lingbot_ros.tools import interrupts
+from lingbot_ros.viewer import serve
+from lingbot_ros.viewer.live_view import POSE_BUDGET
 
 
 class MapToolError(Exception):
@@ -59,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("database", type=Path)
     preview.add_argument("output", type=Path)
     preview.add_argument("--run", type=int, help="run id (default: the newest)")
+    view = commands.add_parser("view", help="a run in the browser's 3D view (points, trajectory, last camera)")
+    view.add_argument("database", type=Path)
+    view.add_argument("--run", type=int, help="run id (default: the newest)")
+    serve.add_arguments(view, required=True)
     return parser
 
 
@@ -203,7 +211,22 @@ def preview(args, refused: list[str]) -> str:
     return f"run {stored.info.id}: wrote {args.output}{_defaults_note(stored.info)}"
 
 
-COMMANDS = {"info": info, "export": export, "preview": preview}
+def view(args, refused: list[str]) -> str:
+    """Serve the run until Ctrl-C (the text is what is shown, printed once it is served)."""
+    conn = _open(args.database)
+    stored = load_run(conn, _run(conn, args.run), refused)
+    viewer = serve.start(args, "lingbot-ros-map")
+    if viewer is None:
+        raise MapToolError("the view did not start (the reason is above)")
+    shown = stored_view(stored, args.viewer_point_budget, POSE_BUDGET)
+    viewer.show(shown)
+    print(f"run {stored.info.id} ({stored.info.ending}): {len(shown.xyz)} of {shown.map_points} points, "
+          f"{shown.poses} poses{_defaults_note(stored.info)}", flush=True)
+    serve.until_stopped(viewer, "lingbot-ros-map", f"run {stored.info.id}")
+    return ""
+
+
+COMMANDS = {"info": info, "export": export, "preview": preview, "view": view}
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from lingbot_ros.mapping.voxel_map import VoxelRangeError
 from lingbot_ros.model import CheckpointError, ConfigError
 from lingbot_ros.tools import interrupts, progress
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
+from lingbot_ros.viewer import serve
 
 DEPTH_PNG_MAX_M = 65.535  # uint16 millimetres
 
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict-jpeg", action=argparse.BooleanOptionalAction, default=True,
                         help="reject a JPEG libjpeg warns about (the node's strict_jpeg); "
                              "--no-strict-jpeg accepts them (default %(default)s)")
+    serve.add_arguments(parser)
     add_settings_arguments(parser)
     return parser
 
@@ -92,18 +94,21 @@ def _main(argv) -> int:
     if not args.checkpoint and not args.random_weights:
         parser.error("--checkpoint is required (pass --random-weights to run untrained weights "
                      "for a plumbing test; the output is then not a map)")
+    viewer = serve.start(args, "lingbot-ros-offline")
     try:
-        summary = run(args)
+        summary = run(args, viewer)
     except (OfflineError, SourceError, ConfigError, CheckpointError, SettingsError,
             VoxelRangeError, ColmapExportError, OSError) as err:   # OSError: an output file not written (the previous ones stay)
         hint = factory.failure_hint(err, settings_from_args(args)) if isinstance(err, CheckpointError) else ""
         print(f"lingbot-ros-offline: error: {err}{hint}", file=sys.stderr)
+        serve.close(viewer)
         return 1
-    print(summary)
+    print(summary, flush=True)
+    serve.until_stopped(viewer, "lingbot-ros-offline", "the final map")
     return 0
 
 
-def run(args: argparse.Namespace) -> str:
+def run(args: argparse.Namespace, viewer=None) -> str:
     """Process the whole input; returns the summary text."""
     if args.max_frames is not None and args.max_frames < 1:
         raise OfflineError(f"--max-frames must be >= 1, got {args.max_frames}")
@@ -140,13 +145,13 @@ def run(args: argparse.Namespace) -> str:
             mapper.close()
         raise KeyboardInterrupt("before the first frame: nothing was written") from None
     try:
-        summary = _process(args, settings, bundle, mapper, source, total, undecodable)
+        summary = _process(args, settings, bundle, mapper, source, total, undecodable, viewer)
     finally:
         mapper.close()   # the run's end in the map database, and the map builder's thread
     return f"{summary}\nmap database: {mapper.recorder.text}"   # read after close: how the run ended
 
 
-def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecodable: list) -> str:
+def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecodable: list, viewer) -> str:
     """Every frame through the mapper (up to a signal), then all files staged and committed."""
     # A signal is only recorded from here on: the loop stops between frames, the save completes.
     with interrupts.deferred(), StagedFiles() as staged:
@@ -162,6 +167,8 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
                 outcome = mapper.process(InputFrame(rgb=frame.rgb, stamp_ns=frame.stamp_ns))
                 report(outcome.notices)
                 writer.add(outcome.final)
+                if viewer is not None:
+                    viewer.update(mapper, outcome)
                 progress.update(seen, have_results=writer.num_frames > 0)
         stopped = interrupts.requested()
         if stopped and seen == 0:
@@ -174,6 +181,8 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
         outcome = mapper.finish()
         report(outcome.notices)
         writer.add(outcome.final)
+        if viewer is not None:
+            viewer.update(mapper, outcome, refresh=True)   # the final map, whenever the last read was
         progress.finish()
         snapshot = mapper.snapshot
         if writer.num_frames != seen - snapshot.rejected - snapshot.failed:

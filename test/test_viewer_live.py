@@ -1,0 +1,192 @@
+"""The live view (lingbot_ros/viewer) against a real Mapper on courthouse frames and real viser
+websocket clients: what it samples, and that nothing a browser does (a port in use, a hundred
+reloads, a client gone mid-update) changes what mapping computes. The page in a real browser:
+test_viewer_browser.py."""
+import asyncio
+import re
+import socket
+import threading
+
+import numpy as np
+import pytest
+import viser
+import websockets
+
+from lingbot_ros.io.sources import open_source
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.map_view import sample_path, stride
+from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.viewer.live_view import LiveView, ViewerError
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+FRAMES = 10
+
+
+@pytest.fixture
+def make_mapper(fixture_files):
+    def make() -> Mapper:
+        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "num_scale_frames": 3,
+                                     "scale_frames": 3, "sliding_window": 4, "min_confidence": 0.0,
+                                     "map_points_stride": 2, "map_voxel_size_m": 0.02,
+                                     "long_run_policy": "reset", "warmup": False})
+        return Mapper(settings, factory.build(settings))
+    return make
+
+
+@pytest.fixture(scope="module")
+def courthouse(shared_data):
+    source = open_source(str(shared_data("courthouse_jpg")), rate_hz=10.0)
+    frames = []
+    for item in source:
+        frames.append(InputFrame(rgb=item.rgb, stamp_ns=item.stamp_ns))
+        if len(frames) == FRAMES:
+            return frames
+    return frames
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run(mapper, frames, viewer=None, between=None):
+    """The offline tool's loop; ``between(i)`` runs after frame i (a browser's doing)."""
+    for i, item in enumerate(frames):
+        outcome = mapper.process(item)
+        if viewer is not None:
+            viewer.update(mapper, outcome)
+        if between is not None:
+            between(i)
+    outcome = mapper.finish()
+    if viewer is not None:
+        viewer.update(mapper, outcome, refresh=True)
+    return mapper.saved_trajectory().poses(), mapper.map_points()
+
+
+def test_sampling_helpers_against_a_naive_reference():
+    for total, budget in ((0, 5), (5, 5), (6, 5), (100, 7), (7, 100)):
+        every = stride(total, budget)
+        kept = list(range(total))[::every]
+        assert len(kept) <= max(budget, 1) and (every == 1 or len(list(range(total))[::every - 1]) > budget)
+        path = np.arange(total * 3, dtype=float).reshape(-1, 3)
+        sampled = sample_path(path, budget)
+        assert len(sampled) <= budget and (total == 0 or (sampled[-1] == path[-1]).all())
+        assert len(sampled) == len(path) or len(sampled) >= budget // 2
+
+
+def test_view_leaves_the_held_keyframe_undoable(make_mapper, courthouse):
+    mapper = make_mapper()
+    for item in courthouse:
+        mapper.process(item)
+    view = mapper.view(point_budget=10**6, pose_budget=100)
+    assert view.poses == FRAMES and len(view.xyz) == view.map_points > 0
+    assert "its points left the map" in mapper.rollback_last_frame()   # map_points() would have merged them
+
+
+def test_view_is_an_even_sample_of_the_map(make_mapper, courthouse):
+    mapper = make_mapper()
+    for item in courthouse:
+        mapper.process(item)
+    mapper.finish()
+    xyz, rgb = mapper.map_points()
+    view = mapper.view(point_budget=500, pose_budget=4)
+    assert view.map_points == len(xyz) > 500 and len(view.xyz) == len(xyz[::stride(len(xyz), 500)]) <= 500
+    # Every shown point is a map point with its colour.
+    found = dict(zip(map(tuple, xyz.round(5).tolist()), map(tuple, rgb.tolist())))
+    assert all(found[tuple(p)] == tuple(c) for p, c in zip(view.xyz.round(5).tolist(), view.rgb.tolist()))
+    assert view.poses == len(mapper.saved_trajectory()) == FRAMES and len(view.camera_positions) == 4
+    # The path is the camera's (not the base's: the mount differs), the newest among the sample.
+    entry, conversion = mapper.path_poses(1)[0]
+    np.testing.assert_allclose(view.camera_positions[-1], conversion.camera_pose(entry.pose)[:3, 3], atol=1e-9)
+    assert view.units == "model units" and view.voxel_size == 0.02
+
+
+def test_the_node_parameters_are_checked_with_what_to_change():
+    from lingbot_ros.ros import params
+
+    for values, message in (({"viewer_port": 80}, "'viewer_port' must be 0 (off) or at least 1024"),
+                            ({"viewer_port": 70000}, "'viewer_port' must be <= 65535"),
+                            ({"viewer_point_budget": 0}, "'viewer_point_budget' must be >= 1")):
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            params.split(values)
+    assert params.split({})[1].viewer_port == 0   # off by default
+
+
+def test_a_port_in_use_is_refused_clearly():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ViewerError, match=f"127.0.0.1:{port}: in use; pick another port"):
+            LiveView(port)
+
+
+def test_without_viser_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "viser", None)
+    with pytest.raises(ViewerError, match=r"needs viser.*pip install 'viser==1\.1\.1'"):
+        LiveView(free_port())
+
+
+def test_a_slow_drawing_never_holds_the_frame_loop_and_the_newest_wins(make_mapper, courthouse, monkeypatch):
+    viewer = LiveView(free_port(), point_budget=300)
+    release, drawn = threading.Event(), []
+    original = viewer._draw
+
+    def stuck(pending):   # the first draw waits until mapping is done; later ones draw
+        release.wait(60)
+        drawn.append(pending)
+        original(pending)
+
+    monkeypatch.setattr(viewer, "_draw", stuck)
+    try:
+        run(make_mapper(), courthouse, viewer)   # would never end if an update waited for a draw
+        release.set()
+        assert viewer.settle(30) and not viewer.error
+    finally:
+        viewer.close()
+    # The first update was being drawn; all the later ones were taken together, newest values only.
+    assert len(drawn) == 2 and drawn[1].view.poses == FRAMES
+
+
+async def _browse(port: int, reloads: int, done: list) -> None:
+    """A browser's worst: ``reloads`` page loads (connect, take the scene, leave), every other one
+    dropped without a close (a tab killed mid-update)."""
+    for i in range(reloads):
+        async with websockets.connect(f"ws://127.0.0.1:{port}", subprotocols=[f"viser-v{viser.__version__}"],
+                                      max_size=None) as connection:
+            await connection.recv()
+            if i % 2:
+                connection.transport.abort()
+        done.append(i)
+
+
+def test_a_hundred_reloads_and_dropped_clients_do_not_change_mapping(make_mapper, courthouse):
+    reference_poses, (reference_xyz, reference_rgb) = run(make_mapper(), courthouse)
+    port, done = free_port(), []
+    viewer = LiveView(port, point_budget=300)
+    browser = threading.Thread(target=lambda: asyncio.run(_browse(port, 100, done)), daemon=True)
+
+    def alongside(i):   # the browser runs beside mapping: ten reloads per frame on average
+        if i == 0:
+            browser.start()
+    try:
+        poses, (xyz, rgb) = run(make_mapper(), courthouse, viewer, between=alongside)
+        browser.join(120)
+        assert viewer.settle(30) and not viewer.error
+    finally:
+        viewer.close()
+    assert len(done) == 100
+    # The scene (viser's handles) holds the final map's sample, every pose and the newest camera.
+    view = viewer.shown
+    assert view.map_points == len(xyz) and len(view.xyz) == len(xyz[::stride(len(xyz), 300)])
+    np.testing.assert_array_equal(viewer.nodes["/map"].points, view.xyz)
+    np.testing.assert_array_equal(viewer.nodes["/map"].colors, view.rgb)
+    assert viewer.nodes["/trajectory"].points.shape == (FRAMES - 1, 2, 3)
+    np.testing.assert_allclose(viewer.nodes["/camera"].position, view.camera_positions[-1],
+                               atol=1e-6)
+    np.testing.assert_array_equal(poses, reference_poses)
+    np.testing.assert_array_equal(xyz, reference_xyz)
+    np.testing.assert_array_equal(rgb, reference_rgb)
