@@ -12,7 +12,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 
 from lingbot_ros.ros.node import MapNode
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 
 USAGE = """usage: lingbot-ros-node [-h] [--ros-args -p NAME:=VALUE ... --params-file FILE -r FROM:=TO ...]
 

@@ -23,7 +23,7 @@ from lingbot_ros.mapping.map_readback import defaulted, load_run
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 
 
 class MapToolError(Exception):
