@@ -9,6 +9,8 @@ sleeps: every wait polls a condition with a generous deadline.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import itertools
 import math
 import os
@@ -22,13 +24,17 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 
 from lingbot_ros.io.image_codec import fill_compressed, fill_image
-from lingbot_ros.mapping import map_database as mdb
+from lingbot_ros.mapping import factory, map_database as mdb
 from lingbot_ros.mapping.map_readback import load_run
+from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.settings import MapperSettings
+from lingbot_ros.stream import Preprocessor
 
-try:   # ROS 2: without it the tests of the ROS layer skip (importorskip, the ros fixture), the rest run
+try:   # ROS 2: without it the tests of the ROS layer cannot run (need_module, the ros fixture), the rest run
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import PoseStamped, Transform
@@ -56,6 +62,76 @@ REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 30.0                 # the DDS harness's waits
 BAG_TOPIC = "/camera/image_raw/compressed"
 BAG_START_NS = 1_700_000_000 * 10**9
+
+# What a test needs from outside the repository: ../shared (data, fixtures, vendored sources) and
+# what scripts/setup.sh installs (ROS 2 wheels, generated interfaces, launch, tf2). Missing, such a
+# test skips on a developer's machine; with LINGBOT_REQUIRE_DATA=1 (.ci/run and scripts/test.sh
+# set it) it fails, so a CI run without them cannot go green on skips. Every such skip goes through
+# missing(); a skip that is about the machine (no CUDA, no chattr) is a plain pytest.skip.
+REQUIRE_DATA = "LINGBOT_REQUIRE_DATA"
+MISSING = "missing test input: "          # every missing() skip starts so: the summary counts them
+NEEDS_CUDA = "needs CUDA and flashinfer"  # the GPU tests' skip reason (no GPU on CI)
+GET_SHARED = "get the shared folder as ../shared beside the checkout, or set LINGBOT_SHARED"
+SETUP = "run scripts/setup.sh"
+
+
+def data_required() -> bool:
+    return os.environ.get(REQUIRE_DATA, "") not in ("", "0")
+
+
+def missing(what: str, how: str, module_level: bool = False):
+    """The test cannot run because ``what`` is absent: skip, or fail under LINGBOT_REQUIRE_DATA=1.
+    ``how`` says how to get it."""
+    text = f"{MISSING}{what} ({how})"
+    if data_required():
+        pytest.fail(f"{text}; {REQUIRE_DATA}=1, so a missing input fails instead of skipping", pytrace=False)
+    pytest.skip(text, allow_module_level=module_level)
+
+
+def need_module(name: str, how: str = SETUP, module_level: bool = False):
+    """importorskip through missing(): the module, or a skip (a failure under LINGBOT_REQUIRE_DATA=1)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        missing(f"Python module {name} ({error})", how, module_level)
+
+
+def need_path(path: Path, what: str = "", how: str = GET_SHARED) -> Path:
+    """``path`` if it exists, else missing()."""
+    if not path.exists():
+        missing(f"{what or 'shared file'} {path}", how)
+    return path
+
+
+# The GPU tests' marks (pytestmark = GPU): they stay skips where CUDA is absent, as on CI, and the
+# run's summary lists them apart from the missing inputs.
+GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("flashinfer") is None,
+                                           reason=NEEDS_CUDA)]
+
+
+# The tiny CPU Mapper of the mapping tests (conftest's tiny_mapper): the fixture checkpoint at a
+# 112-pixel input width, three scale frames, every point kept. A test overrides what it is about.
+TINY_MAPPER = {"device": "cpu", "image_width": 112, "num_scale_frames": 3, "scale_frames": 3,
+               "sliding_window": 2, "min_confidence": 0.0, "map_points_stride": 2}
+_LOADED = {}   # model settings -> the first SessionBundle built with them
+
+
+def tiny_settings(files: dict, **overrides) -> MapperSettings:
+    """TINY_MAPPER's settings over ``files`` (conftest's fixture_files), with ``overrides``."""
+    return MapperSettings(**{**files, **TINY_MAPPER, **overrides})
+
+
+def mapper_of(settings: MapperSettings) -> Mapper:
+    """A Mapper with a session and a preprocessor of its own over a model loaded once per model
+    settings (the tests only read it): loading the checkpoint for every Mapper cost most of their time."""
+    key = (settings.checkpoint, settings.model_config, settings.device, settings.dtype, settings.fused_blocks)
+    if key not in _LOADED:
+        _LOADED[key] = factory.build(settings)
+    first = _LOADED[key]
+    return Mapper(settings, factory.SessionBundle(
+        model=first.model, session=factory.new_session(first.model, settings),
+        preprocessor=Preprocessor(target_width=settings.image_width, device=first.device, exact=settings.exact_resize),
+        device=first.device, description=first.description, random_weights=first.random_weights))
 
 
 def wait_until(condition, what: str, timeout: float, details=None):
@@ -281,7 +357,7 @@ def courthouse_jpegs(shared_dir, count: int) -> list[bytes]:
     """The first ``count`` courthouse JPEG files (518x294 camera frames)."""
     files = sorted((shared_dir / "data" / "courthouse_jpg").glob("*.jpg"))[:count]
     if len(files) < count:
-        pytest.skip(f"courthouse_jpg missing under {shared_dir}")
+        missing(f"{count} images in {shared_dir / 'data' / 'courthouse_jpg'}", GET_SHARED)
     return [f.read_bytes() for f in files]
 
 

@@ -1,16 +1,13 @@
 """cache/: the FlashInfer backend against the torch backend on the same stream (bf16)."""
-import importlib.util
 
 import pytest
 import torch
 
 from lingbot_ros.cache import CacheSpec, PagedKVCache
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("flashinfer") is None,
-                       reason="needs CUDA and flashinfer"),
-]
+from helpers import GPU
+
+pytestmark = GPU
 
 
 def spec(**overrides):

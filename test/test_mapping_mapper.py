@@ -5,14 +5,14 @@ shifted sideways, so the motion policy's parallax is known (a shift of s pixels 
 at the policy's 320 px working width).
 """
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import factory, read_ply, read_tum
+from lingbot_ros.mapping import read_ply, read_tum
 from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
-from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 
@@ -22,14 +22,8 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 @pytest.fixture
-def make_mapper(fixture_files):
-    def make(**overrides) -> Mapper:
-        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112,
-                                     "num_scale_frames": 3, "scale_frames": 3, "sliding_window": 2,
-                                     "min_confidence": 0.0, "map_points_stride": 2,
-                                     "long_run_policy": "reset", **overrides})
-        return Mapper(settings, factory.build(settings))
-    return make
+def make_mapper(tiny_mapper):
+    return functools.partial(tiny_mapper, long_run_policy="reset")
 
 
 def stored(mapper) -> int:
@@ -169,7 +163,11 @@ def test_stamp_jitter_drops_the_frame_and_a_real_jump_back_restarts(make_mapper)
     mapper.process(frame(16, stamp_s=11.7))
     outcome = mapper.process(frame(0, stamp_s=5.0))           # a looped bag
     assert "went back by 6.700 s" in outcome.notices[0].text
-    assert mapper.snapshot.trajectory_poses == 0 or mapper.saved_trajectory().stamps_ns()[0] == 5 * 10**9
+    assert mapper.snapshot.trajectory_poses == 0 and mapper.snapshot.init_frames == 1   # waits for phase 1
+    for i in (1, 2):                                          # the third scale frame runs phase 1
+        mapper.process(frame(8 * i, stamp_s=5.0 + 0.1 * i))
+    assert mapper.snapshot.trajectory_poses == 3
+    assert mapper.saved_trajectory().stamps_ns()[0] == 5 * 10**9   # the new map's trajectory starts at the loop
 
 
 def test_a_single_frame_an_hour_ahead_is_refused_and_the_stream_goes_on(make_mapper):

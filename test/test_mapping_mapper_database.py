@@ -2,6 +2,7 @@
 says what the Mapper holds (trajectory, map, windows, conversion), a cleanly ended run exports
 byte for byte what save() wrote, and a database that cannot be written changes nothing else."""
 import filecmp
+import functools
 import random
 import threading
 
@@ -9,13 +10,10 @@ import numpy as np
 import pytest
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import factory
 from lingbot_ros.mapping import map_database as mdb
 from lingbot_ros.mapping.export import write_map_files
 from lingbot_ros.mapping.map_recorder import NoRecorder
 from lingbot_ros.mapping.map_store import MapStore
-from lingbot_ros.mapping.mapper import Mapper
-from lingbot_ros.mapping.settings import MapperSettings
 
 from helpers import assert_database_is_the_mapper, frame, stored_run
 
@@ -23,15 +21,9 @@ pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 @pytest.fixture
-def make_mapper(fixture_files, tmp_path):
-    def make(**overrides) -> Mapper:
-        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "warmup": False,
-                                     "num_scale_frames": 3, "scale_frames": 3, "sliding_window": 2,
-                                     "min_confidence": 0.0, "map_points_stride": 2,
-                                     "long_run_policy": "windowed", "window_size": 6, "overlap_size": 2,
-                                     "map_database": str(tmp_path / "map.db"), **overrides})
-        return Mapper(settings, factory.build(settings))
-    return make
+def make_mapper(tiny_mapper, tmp_path):
+    return functools.partial(tiny_mapper, warmup=False, long_run_policy="windowed", window_size=6, overlap_size=2,
+                             map_database=str(tmp_path / "map.db"))
 
 
 @pytest.mark.parametrize("seed, overrides", [

@@ -8,10 +8,8 @@ fresh session's graphs) goes on as one run with a new window at that frame. A Na
 compute is found by the device-side finite check: a counted failure, nothing of it kept.
 """
 import dataclasses
-import importlib.util
 
 import numpy as np
-import pytest
 import torch
 
 from lingbot_ros.mapping import factory, read_ply, read_tum
@@ -20,11 +18,9 @@ from lingbot_ros.mapping.records import FAILED, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.mapping.windows import WindowedRun
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("flashinfer") is None,
-                       reason="needs CUDA and flashinfer"),
-]
+from helpers import GPU
+
+pytestmark = GPU
 
 
 def gpu_settings(**overrides) -> MapperSettings:

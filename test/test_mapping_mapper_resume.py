@@ -7,9 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
-from lingbot_ros.mapping.settings import MapperSettings
 
 from helpers import assert_database_is_the_mapper, frame
 
@@ -18,14 +16,10 @@ FRAMES = 20
 
 
 @pytest.fixture
-def make_mapper(fixture_files, tmp_path):
+def make_mapper(tiny_mapper, tmp_path):
     def make(database: str, **overrides) -> Mapper:
-        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "warmup": False,
-                                     "num_scale_frames": 3, "scale_frames": 3, "sliding_window": 2,
-                                     "min_confidence": 0.0, "map_points_stride": 2,
-                                     "long_run_policy": "windowed", "window_size": 8, "overlap_size": 2,
-                                     "map_database": str(tmp_path / database), **overrides})
-        return Mapper(settings, factory.build(settings))
+        return tiny_mapper(**{"warmup": False, "long_run_policy": "windowed", "window_size": 8, "overlap_size": 2,
+                              "map_database": str(tmp_path / database), **overrides})
     return make
 
 

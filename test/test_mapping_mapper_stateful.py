@@ -29,14 +29,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import factory, read_ply, read_tum
-from lingbot_ros.mapping.factory import SessionBundle
+from lingbot_ros.mapping import read_ply, read_tum
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, RESTART, InputFrame
-from lingbot_ros.mapping.settings import MapperSettings
-from lingbot_ros.stream import Preprocessor
 
-from helpers import assert_database_is_the_mapper
+from helpers import assert_database_is_the_mapper, mapper_of, tiny_settings
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -56,23 +53,11 @@ def image(shift_px: int, size) -> np.ndarray:
     return np.ascontiguousarray(rgb)
 
 
-class Model:
-    """One tiny model for every example (a fresh session each)."""
-
-    bundle = None
-
-    @classmethod
-    def mapper(cls, files: dict, **overrides) -> Mapper:
-        s = MapperSettings(**{**files, "device": "cpu", "image_width": 112, "num_scale_frames": 2,
-                              "scale_frames": 2, "sliding_window": 3, "min_confidence": 0.0,
-                              "map_points_stride": 8, "map_voxel_size_m": VOXEL, "warmup": False, **overrides})
-        if cls.bundle is None:
-            cls.bundle = factory.build(s)
-        b = cls.bundle
-        bundle = SessionBundle(model=b.model, session=factory.new_session(b.model, s),
-                               preprocessor=Preprocessor(target_width=s.image_width, device="cpu"),
-                               device="cpu", description=b.description, random_weights=b.random_weights)
-        return Mapper(s, bundle)
+def tiny_mapper(files: dict, **overrides) -> Mapper:
+    """The Mapper of every example: the tiny model loaded once, a fresh session each."""
+    return mapper_of(tiny_settings(files, **{"num_scale_frames": 2, "scale_frames": 2, "sliding_window": 3,
+                                             "map_points_stride": 8, "map_voxel_size_m": VOXEL, "warmup": False,
+                                             **overrides}))
 
 
 def voxels(xyz: np.ndarray) -> set:
@@ -99,7 +84,7 @@ class MapperMachine(RuleBasedStateMachine):
                    overlap_size=overlap, max_keyframes=max_keyframes, **scaled)
 
     def start(self, **overrides):
-        self.mapper = Model.mapper(self.files, map_database=str(self.tmp / "map.db"), **overrides)
+        self.mapper = tiny_mapper(self.files, map_database=str(self.tmp / "map.db"), **overrides)
         self.fail_next = False
         original = self.mapper.session.step
 

@@ -4,37 +4,37 @@ The live Mapper must give, for every frame, the final value the original's offli
 (spec 13.1: windows, alignment, stitching), on the same images; what it publishes first for an
 overlap frame is the earlier window's (provisional) value.
 """
+import functools
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.frames import Placement
-from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.windows import WindowedRun
+
+from helpers import GET_SHARED, missing
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 @pytest.fixture(scope="module")
-def images(shared_dir):
-    folder = shared_dir / "data" / "courthouse_jpg"
+def images(shared_data):
+    folder = shared_data("courthouse_jpg")
     files = sorted(folder.glob("*.jpg"))[:40]
     if len(files) < 40:
-        pytest.skip(f"courthouse_jpg missing under {shared_dir}")
+        missing(f"40 images in {folder}", GET_SHARED)
     return [np.asarray(Image.open(f).convert("RGB")) for f in files]
 
 
-def windowed(fixture_files, **overrides) -> Mapper:
-    settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "num_scale_frames": 3,
-                                 "scale_frames": 3, "sliding_window": 4, "min_confidence": 0.0,
-                                 "long_run_policy": "windowed", "window_size": 10, "overlap_size": 4,
-                                 **overrides})
-    return Mapper(settings, factory.build(settings))
+@pytest.fixture
+def windowed(tiny_mapper):
+    return functools.partial(tiny_mapper, sliding_window=4, map_points_stride=4, long_run_policy="windowed",
+                             window_size=10, overlap_size=4)
 
 
 def frames(images, count):
@@ -58,15 +58,15 @@ def run_live(mapper, inputs):
     (8, {}),                                                      # one window, never switched
     (21, {"window_size": 5, "overlap_size": 3}),                  # overlap > step: frames re-run twice
 ])
-def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, count, overrides):
-    mapper = windowed(fixture_files, **overrides)
+def test_live_windows_equal_the_offline_windowed_run(windowed, images, count, overrides):
+    mapper = windowed(**overrides)
     new, final = run_live(mapper, frames(images, count))
     assert [o.index for o in new] == list(range(count))           # every frame published once
     assert sorted(o.index for o in final) == list(range(count))   # and made final once
     assert not any(o.provisional for o in final)
     final.sort(key=lambda o: o.index)
 
-    offline_mapper = windowed(fixture_files, **overrides)         # same weights, a fresh session
+    offline_mapper = windowed(**overrides)         # same weights, a fresh session
     settings = offline_mapper.settings
     run = WindowedRun(offline_mapper.session, settings.window_rule(), count)
     preprocess = offline_mapper.preprocessor
@@ -92,8 +92,8 @@ def test_live_windows_equal_the_offline_windowed_run(fixture_files, images, coun
     np.testing.assert_allclose(mapper.saved_trajectory().poses(), np.stack([o.base_pose for o in final]), atol=1e-12)
 
 
-def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files, images):
-    mapper = windowed(fixture_files)
+def test_overlap_frames_are_published_provisionally_then_finalised(windowed, images):
+    mapper = windowed()
     # L = 10, ov = 4: frames 6..9 are window 0's overlap with window 1.
     outcomes = [mapper.process(f) for f in frames(images, 11)]
     provisional = [o.index for outcome in outcomes for o in outcome.new if o.provisional]
@@ -113,13 +113,13 @@ def test_overlap_frames_are_published_provisionally_then_finalised(fixture_files
     np.testing.assert_allclose(mapper.saved_trajectory().poses()[6:10], np.stack([final_base[i] for i in range(6, 10)]))
 
 
-def test_rollback_and_flush_inside_a_window_and_after_a_switch(fixture_files, images):
+def test_rollback_and_flush_inside_a_window_and_after_a_switch(windowed, images):
     inputs = frames(images, 16)
     kept = inputs[:5] + inputs[6:11] + inputs[12:15]
-    reference = windowed(fixture_files)
+    reference = windowed()
     for frame in kept:
         reference.process(frame)
-    mapper = windowed(fixture_files)
+    mapper = windowed()
     for frame in inputs[:6]:
         mapper.process(frame)
     # No eviction yet (3 anchors + window 4 > 6 frames), so the rollbacks here are exact.
@@ -147,10 +147,10 @@ def test_windowed_settings_are_checked():
                        scale_frames=3)
 
 
-def test_saving_mid_stream_equals_ending_the_stream_there(fixture_files, images, tmp_path):
+def test_saving_mid_stream_equals_ending_the_stream_there(windowed, images, tmp_path):
     """The node saves while its stream goes on; the offline tool ends the stream first. Both
     write the same trajectory and map: provisional frames count with their current value."""
-    live, ended = windowed(fixture_files), windowed(fixture_files)
+    live, ended = windowed(), windowed()
     for frame in frames(images, 20):               # frames 18, 19: window 2, provisional
         live.process(frame)
         ended.process(frame)

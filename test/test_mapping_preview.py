@@ -12,6 +12,8 @@ from PIL import Image
 from lingbot_ros.mapping.preview import BACKGROUND, PATH_COLOUR, PreviewError, height_colours, preview_png
 from lingbot_ros.mapping.staged_files import write_files
 
+from helpers import need_module, need_path
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -64,8 +66,7 @@ def test_offline_writes_a_preview_beside_the_map(tmp_path, shared_dir, shared_da
     from lingbot_ros.tools.offline import main
 
     fixture = shared_dir / "fixtures" / "tiny_default"
-    if not (fixture / "ckpt.pt").exists():
-        pytest.skip("tiny fixture missing")
+    need_path(fixture / "ckpt.pt", "tiny fixture")
     out = tmp_path / "out"
     assert main(["--model-config", str(fixture / "config.json"), "--checkpoint", str(fixture / "ckpt.pt"),
                  "--input", str(shared_data("loop_jpg")), "--output", str(out), "--device", "cpu",
@@ -79,7 +80,7 @@ def test_offline_writes_a_preview_beside_the_map(tmp_path, shared_dir, shared_da
 
 @pytest.fixture(scope="module")
 def plots():
-    pytest.importorskip("matplotlib", reason="the bench extra: pip install '.[bench]'")
+    need_module("matplotlib", "the bench extra: pip install '.[bench]'; scripts/setup.sh installs requirements-dev.txt")
     spec = importlib.util.spec_from_file_location("plots", REPO / "bench" / "plots.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -15,6 +15,7 @@ import pytest
 import setuptools
 import yaml
 
+from helpers import missing, need_path
 from lingbot_ros.viewer.live_view import VISER_PIN
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,10 +95,9 @@ def test_setup_installs_rviz_and_the_layout_to_share(monkeypatch):
 def test_cmake_install_lays_out_a_ros_workspace_package(tmp_path):
     """The colcon path: CMakeLists.txt configured and installed into a fresh prefix."""
     if shutil.which("cmake") is None:
-        pytest.skip("cmake not found")
+        missing("cmake", "install it (apt-get install cmake): scripts/setup.sh generates the interfaces with it")
     prefix = Path(sys.prefix)
-    if not (prefix / "share" / "ament_cmake" / "cmake").is_dir():
-        pytest.skip(f"ament_cmake not in {prefix} (requirements-interfaces*.txt bring it)")
+    need_path(prefix / "share" / "ament_cmake" / "cmake", "ament_cmake", "requirements-interfaces*.txt bring it: run scripts/setup.sh")
     env = dict(os.environ, AMENT_PREFIX_PATH=str(prefix), CMAKE_PREFIX_PATH=str(prefix))
     # A workspace's src/ copy: with the venv inside the checkout (.venv), CMake would refuse the
     # venv's numpy include folder as a path "in the source directory".

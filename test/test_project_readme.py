@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_until
+from helpers import SETUP, missing, need_module, need_path, wait_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -68,13 +68,15 @@ def test_the_readme_has_ros2_commands_and_one_runnable_launch_line():
 
 
 def test_every_launch_line_uses_declared_arguments():
-    pytest.importorskip("launch_ros", reason="scripts/install_ros2cli.sh installs it")
+    need_module("launch_ros", "scripts/install_ros2cli.sh installs it; scripts/setup.sh runs it")
+    from ament_index_python.packages import PackageNotFoundError
+
     spec = importlib.util.spec_from_file_location("map_launch", REPO / "launch" / "map.launch.py")
     module = importlib.util.module_from_spec(spec)
-    try:
+    try:   # any other error in the launch file fails the test
         spec.loader.exec_module(module)
-    except Exception as error:   # the package share is looked up at import
-        pytest.skip(f"the launch file does not load here ({error}): run scripts/setup.sh")
+    except PackageNotFoundError as error:   # the package share is looked up at import
+        missing(f"the installed lingbot_ros package share ({error})", SETUP)
     declared = {name for name, _, _ in module.ARGUMENTS}
     lines = [argv for argv in commands("ros2") if argv[1] == "launch"]
     assert lines
@@ -104,8 +106,8 @@ def _run(argv: list[str], env: dict, cwd: Path, timeout: float = 60.0) -> str:
 
 @pytest.fixture
 def installed():
-    if not (BIN / "ros2").exists() or not (BIN / "lingbot-ros-demo").exists():
-        pytest.skip(f"no ros2 / lingbot-ros-demo in {BIN}: run scripts/setup.sh")
+    for name in ("ros2", "lingbot-ros-demo"):
+        need_path(BIN / name, "installed command", SETUP)
 
 
 def test_the_readme_ros2_commands_work_against_the_launched_node(installed, shared_data, tmp_path):
@@ -199,7 +201,7 @@ def test_the_readme_quick_start_demo_uses_the_courthouse_images(installed, tmp_p
 
 
 def test_the_readme_reference_table_is_the_generated_one(tmp_path):
-    pytest.importorskip("rclpy")
+    need_module("rclpy")
     sys.path.insert(0, str(REPO))
     from lingbot_ros.ros import reference
 

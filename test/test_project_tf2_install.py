@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rclpy")
+from helpers import need_module, need_path
+
+need_module("rclpy", module_level=True)
 pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 
 # RIHS01 of tf2_msgs/msg/TFMessage: the TFMessage-only build's, Jazzy's and Kilted's.
@@ -23,8 +25,7 @@ def test_the_installed_tfmessage_has_the_distro_type_hash():
 
 
 def test_tf2_ros_is_installed_where_the_vendored_geometry2_is(shared_dir):
-    if not (shared_dir / "vendor" / "geometry2" / "tf2").is_dir():
-        pytest.skip("../shared/vendor/geometry2 missing: scripts/install_tf2.sh skips, tf2_ros tests skip")
+    need_path(shared_dir / "vendor" / "geometry2" / "tf2", "vendored geometry2 (scripts/install_tf2.sh builds tf2_ros from it)")
     import tf2_ros
     from geometry_msgs.msg import TransformStamped
     from rclpy.time import Time

@@ -5,6 +5,8 @@ from lingbot_ros.mapping.records import TRACKING, MapperSnapshot
 from lingbot_ros.ros.diagnostics import Counters
 from lingbot_ros.ros.health import ERROR, OK, STALE, WARN, Facts, Health, Limits
 
+from helpers import need_module
+
 LIMITS = Limits(diagnostics_window_s=3.0, stale_after_s=3.0)
 ACTIVE = Facts("active")
 
@@ -33,7 +35,7 @@ class Camera:
 
 
 def test_levels_are_diagnostic_status_levels():
-    msg = pytest.importorskip("diagnostic_msgs.msg")
+    msg = need_module("diagnostic_msgs.msg")
     assert [bytes([level]) for level in (OK, WARN, ERROR, STALE)] == [
         msg.DiagnosticStatus.OK, msg.DiagnosticStatus.WARN, msg.DiagnosticStatus.ERROR, msg.DiagnosticStatus.STALE]
 
@@ -234,7 +236,7 @@ def test_counters_record_the_newest_image_and_the_latency_totals():
 
 
 def test_diagnostic_array_has_the_health_status_and_the_frequency_status():
-    pytest.importorskip("diagnostic_msgs.msg")
+    need_module("diagnostic_msgs.msg")
     from builtin_interfaces.msg import Time
 
     from lingbot_ros.ros.status import diagnostic_array, totals

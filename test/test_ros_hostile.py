@@ -30,7 +30,8 @@ from helpers import (BAG_TOPIC, MapStatus, SaveMap, double_parameter, integer_pa
 from lingbot_ros.mapping.export import read_ply, read_tum
 from lingbot_ros.ros.status import frames_accounted
 
-tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not importable (scripts/setup.sh builds it)")
+from helpers import need_module, need_path
+tf2_msgs = need_module("tf2_msgs.msg", module_level=True)
 from geometry_msgs.msg import TransformStamped  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -159,7 +160,7 @@ def test_hostile_odometry_is_refused_and_good_odometry_afterwards_is_used(ros, t
     assert {t.header.frame_id for m in published for t in m.transforms if t.child_frame_id == "odom"} == {"map"}
     # Republished at a fixed rate and post-dated (transform_publish_period_s, transform_timeout_s):
     # a lookup at "now" finds the newest map -> odom between frames, as Nav2 asks for it.
-    tf2_ros = pytest.importorskip("tf2_ros", reason="tf2_ros not installed (scripts/install_tf2.sh)")
+    tf2_ros = need_module("tf2_ros", "scripts/install_tf2.sh builds it from ../shared/vendor/geometry2; scripts/setup.sh runs it")
     buffer = tf2_ros.Buffer()
     listener = tf2_ros.TransformListener(buffer, ros.node)
     def at_now():
@@ -508,9 +509,7 @@ def test_hostile_start_up_parameters_fail_configure_naming_each(ros, tiny):
 
 
 def test_the_tools_end_on_sigterm_and_sigint_with_exit_0_in_every_phase(ros, shared_dir):
-    bag = shared_dir / "data" / "courthouse_bag"
-    if not bag.is_dir():
-        pytest.skip("courthouse bag missing")
+    bag = need_path(shared_dir / "data" / "courthouse_bag")
     received: list = []
     ros.node.create_subscription(CompressedImage, "/hostile_camera/compressed", received.append, 10)
     for signum in (signal.SIGTERM, signal.SIGINT):

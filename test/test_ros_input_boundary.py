@@ -6,9 +6,9 @@ import types
 import numpy as np
 import pytest
 
-from helpers import wait_until
+from helpers import need_module, wait_until
 
-pytest.importorskip("rclpy")
+need_module("rclpy", module_level=True)
 pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 from geometry_msgs.msg import Quaternion, Vector3  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("launch_ros", reason="launch_ros not installed: scripts/install_ros2cli.sh installs "
-                                         "it from ../shared/vendor")
+from helpers import missing, need_module, need_path  # noqa: I001 (before the ROS imports it guards)
+
+INSTALL = "scripts/install_ros2cli.sh installs it from ../shared/vendor; scripts/setup.sh runs it"
+need_module("launch_ros", INSTALL, module_level=True)
 import launch  # noqa: E402
 
 if not hasattr(launch, "LaunchService"):   # the repo's launch/ folder seen as a namespace package
-    pytest.skip("the ROS launch package is not installed: scripts/install_ros2cli.sh installs it from "
-                "../shared/vendor", allow_module_level=True)
+    missing("the ROS launch package", INSTALL, module_level=True)
 import rclpy  # noqa: E402
 import rclpy.parameter  # noqa: E402
 from lifecycle_msgs.srv import GetState  # noqa: E402
@@ -91,8 +92,7 @@ def launch_file(overlay, monkeypatch):
 def tiny_params(shared_dir, tmp_path) -> Path:
     """A params file that selects the tiny fixture model on CPU."""
     fixture = shared_dir / "fixtures" / "tiny_default"
-    if not (fixture / "ckpt.pt").exists():
-        pytest.skip(f"tiny fixture missing under {shared_dir}")
+    need_path(fixture / "ckpt.pt", "tiny fixture")
     path = tmp_path / "my.yaml"
     path.write_text("/**:\n  ros__parameters:\n"
                     f"    checkpoint: {fixture / 'ckpt.pt'}\n    model_config: {fixture / 'config.json'}\n"

@@ -5,7 +5,9 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("rclpy")
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+need_module("rclpy", module_level=True)
 from helpers import (BAG_START_NS, BAG_TOPIC, TIMEOUT, GetTrajectory, MapStatus, SaveMap,  # noqa: E402
                      interrupt_and_check_exit, publish_when_matched, string_parameter, synthetic_jpeg, synthetic_raw)
 

@@ -12,7 +12,9 @@ import cv2
 import numpy as np
 import pytest
 
-rclpy = pytest.importorskip("rclpy")
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+rclpy = need_module("rclpy", module_level=True)
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.context import Context  # noqa: E402
@@ -22,14 +24,14 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
-from helpers import stamp_ns, unpack_points, wait_until  # noqa: E402
+from helpers import SETUP, missing, need_path, stamp_ns, unpack_points, wait_until  # noqa: E402
 
 from lingbot_ros.mapping.trajectory import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 
 if MapStatus is None:
-    pytest.skip("lingbot_ros interfaces not generated (run scripts/setup.sh)", allow_module_level=True)
+    missing("the generated lingbot_ros interfaces (lingbot_ros.msg)", SETUP, module_level=True)
 
 pytestmark = [pytest.mark.ros, pytest.mark.usefixtures("torch_single_thread")]
 TIMEOUT = 20.0
@@ -112,8 +114,7 @@ class Live:
 @pytest.fixture
 def live(shared_dir, monkeypatch):
     fixture = shared_dir / "fixtures" / "tiny_default"
-    if not (fixture / "ckpt.pt").exists():
-        pytest.skip(f"tiny fixture missing under {shared_dir}")
+    need_path(fixture / "ckpt.pt", "tiny fixture")
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "OFF")
     started = []
 
@@ -266,7 +267,7 @@ def _matrix(position, orientation) -> np.ndarray:
 
 
 def _tf_env(live, **params):
-    tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not installed (scripts/setup.sh generates it)")
+    tf2_msgs = need_module("tf2_msgs.msg")
     env = live(**params)
     transforms = []
     env.probe.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 50)

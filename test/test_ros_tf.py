@@ -6,15 +6,16 @@ domain; one background executor thread spins every node; waits poll a condition 
 The tf2_ros backend runs where tf2_ros imports (a ROS distro) and is skipped, with the reason,
 in the venv.
 """
-import importlib.util
 import random
 import threading
 
 import numpy as np
 import pytest
 
-rclpy = pytest.importorskip("rclpy")
-tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not importable (scripts/setup.sh generates it)")
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+rclpy = need_module("rclpy", module_level=True)
+tf2_msgs = need_module("tf2_msgs.msg", module_level=True)
 from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
@@ -32,15 +33,28 @@ TIMEOUT = 20.0
 TFMessage = tf2_msgs.TFMessage
 RZ180 = [[-1, 0, 0], [0, -1, 0], [0, 0, 1]]
 
-NEEDS_TF2_ROS = pytest.mark.skipif(importlib.util.find_spec("tf2_ros") is None, reason="tf2_ros not importable (a ROS distro has it; "
-                                                          "the venv install does not)")
+TF2_ROS = "scripts/install_tf2.sh builds it from ../shared/vendor/geometry2; scripts/setup.sh runs it"
+NEEDS_TF2_ROS = pytest.mark.usefixtures("tf2_ros")
+
+
+@pytest.fixture
+def tf2_ros():
+    return need_module("tf2_ros", TF2_ROS)
+
+
+@pytest.fixture(params=["tf_static", "tf2_ros"])
+def backend(request):
+    """Each TF lookup backend; tf2_ros where it imports (missing() where it does not)."""
+    if request.param == "tf2_ros":
+        need_module("tf2_ros", TF2_ROS)
+    return request.param
+
 # Where rclpy's message info names the publisher, the watch names the other node exactly.
 try:   # Kilted's rclpy declares the message info it passes, publisher gid included
     from rclpy.subscription import MessageInfo
     HAS_PUBLISHER_GID = "publisher_gid" in MessageInfo.__annotations__
 except ImportError:   # Jazzy's passes a plain dict: whether it names the publisher is not declared
     HAS_PUBLISHER_GID = False
-BACKENDS = ["tf_static", pytest.param("tf2_ros", marks=NEEDS_TF2_ROS)]
 
 
 def wait(condition, what: str):
@@ -109,7 +123,6 @@ def publish_robot_tree(robot):
 
 # -- the camera mount ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_mount_comes_from_tf_static_published_before_the_lookup_started(ros, backend):
     publish_robot_tree(ros.node("robot"))   # published first: transient local delivers it late
     lookup = TfLookup(ros.node("mapper"), backend=backend)
@@ -119,7 +132,6 @@ def test_the_mount_comes_from_tf_static_published_before_the_lookup_started(ros,
     np.testing.assert_allclose(lookup.lookup("camera_optical_frame", "base_link"), OPTICAL_BASE, atol=1e-9)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_camera_beside_the_base_is_found_through_their_common_root(ros, backend):
     robot = ros.node("robot")
     publisher = robot.create_publisher(TFMessage, "/tf_static", TF_STATIC_QOS)
@@ -156,7 +168,6 @@ def test_with_tf2_ros_odometry_is_interpolated_at_the_image_stamp(ros):
     assert "odom -> base_link" in lookup.last_failure
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_destroyed_lookup_leaves_no_subscription(ros, backend):
     node = ros.node("mapper")
     before = len(list(node.subscriptions))

@@ -14,11 +14,11 @@ from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage
 
-from helpers import BAG_TOPIC, interrupt_and_check_exit, stamp_ns, synthetic_jpeg, transform_matrix
+from helpers import BAG_TOPIC, interrupt_and_check_exit, need_module, stamp_ns, synthetic_jpeg, transform_matrix
 from lingbot_ros.ros.input_checks import checked_transform
 from lingbot_ros.ros.messages import stamp_msg, transform_stamped
 
-tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs not importable (scripts/setup.sh builds it)")
+tf2_msgs = need_module("tf2_msgs.msg", module_level=True)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
@@ -119,7 +119,7 @@ def test_map_to_odom_is_held_and_said_so_until_the_scale_is_known_and_no_odometr
 
 
 def test_odometry_from_tf_through_tf2_ros_gives_map_to_odom_at_each_image_stamp(ros, tiny):
-    pytest.importorskip("tf2_ros", reason="tf2_ros not installed (scripts/setup.sh builds it: scripts/install_tf2.sh)")
+    need_module("tf2_ros", "scripts/install_tf2.sh builds it from ../shared/vendor/geometry2; scripts/setup.sh runs it")
     fixture, _ = tiny
     node = ros.start_node(fixture, *COMMON, "odometry_source:=tf")
     ros.wait(lambda: ros.statuses, "the node's first status")

@@ -3,7 +3,9 @@ hand-computed transforms. No DDS: test_ros_tf.py runs the same trees through rea
 import numpy as np
 import pytest
 
-pytest.importorskip("rclpy")
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+need_module("rclpy", module_level=True)
 pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402

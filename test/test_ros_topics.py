@@ -1,7 +1,9 @@
 """lingbot_ros.ros.topics with real rclpy nodes: remap rules given as command-line ROS arguments."""
 import pytest
 
-rclpy = pytest.importorskip("rclpy")
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+rclpy = need_module("rclpy", module_level=True)
 from rclpy.context import Context  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 

@@ -5,7 +5,6 @@ deferred eviction with rollback and flush, the special stream's growth and the c
 doubling (both reallocate buffers the graph reads, so it is captured again), and reset (which
 keeps every buffer, so a new window replays the graphs it has).
 """
-import importlib.util
 
 import pytest
 import torch
@@ -14,11 +13,9 @@ from lingbot_ros.cache import CacheSpec, PagedKVCache
 from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.stream import StreamingSession, StreamSettings
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("flashinfer") is None,
-                       reason="needs CUDA and flashinfer"),
-]
+from helpers import GPU
+
+pytestmark = GPU
 
 H, W = 56, 70   # 4 x 5 patches: 26 tokens per frame, so the special stream grows every 17 frames
 

@@ -9,6 +9,8 @@ from PIL import Image
 from lingbot_ros.model.geometry import pose_to_intrinsic
 from lingbot_ros.stream import FrameResult, ImageError, Preprocessor, resize_plan
 
+from helpers import need_path
+
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
@@ -80,9 +82,7 @@ def exact_vs_fast(paths, size):
 
 @pytest.mark.parametrize("scene", ["courthouse_jpg", "loop_jpg"])
 def test_fast_path_is_close_to_pil_on_real_frames(shared_dir, scene):
-    folder = shared_dir / "data" / scene
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found: real frames needed to compare the PIL and torch resizes")
+    folder = need_path(shared_dir / "data" / scene, "real frames (to compare the PIL and torch resizes)")
     paths = sorted(Path(folder).glob("*.jpg"))[::40]
     # The frames are stored at 518x294, the model size; upscale them to camera sizes first so both
     # paths have to resample (measured over every 5th frame: max 5/255, mean 0.14/255).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import shut_down, wait_until
+from helpers import need_module, need_path, shut_down, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF")
@@ -18,7 +18,7 @@ ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF"
 
 @pytest.mark.ros
 def test_node_help_prints_usage_and_every_parameter_without_starting(tmp_path):
-    pytest.importorskip("rclpy")
+    need_module("rclpy")
     from lingbot_ros.ros import params
 
     done = subprocess.run([sys.executable, "-m", "lingbot_ros.ros.main", "--help"], env=ENV, cwd=tmp_path,
@@ -39,8 +39,7 @@ def test_a_checkpoint_of_another_architecture_gets_the_model_config_hint(shared_
     from lingbot_ros.model import CheckpointError
 
     fixtures = shared_dir / "fixtures"
-    if not (fixtures / "tiny_default" / "ckpt.pt").exists():
-        pytest.skip("fixtures missing")
+    need_path(fixtures / "tiny_default" / "ckpt.pt", "tiny fixture")
     settings = MapperSettings(checkpoint=str(fixtures / "tiny_default" / "ckpt.pt"),
                               model_config=str(fixtures / "tiny_conv2d" / "config.json"), device="cpu")
     with pytest.raises(CheckpointError) as raised:
@@ -74,7 +73,7 @@ def _replay(bag: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.ros
 def test_replay_subscriber_options_are_checked(shared_data):
-    pytest.importorskip("rclpy")
+    need_module("rclpy")
     bag = shared_data("courthouse_bag")
     done = _replay(bag, ENV, "--subscriber", "/map_node")
     assert done.returncode == 2 and "--subscriber needs --wait-for-subscribers" in done.stderr
@@ -88,7 +87,7 @@ def test_replay_subscriber_options_are_checked(shared_data):
 @pytest.fixture
 def graph(tmp_path):
     """A context with a spun executor in a domain of its own, and the player's environment in it."""
-    rclpy = pytest.importorskip("rclpy")
+    rclpy = need_module("rclpy")
     from rclpy.context import Context
     from rclpy.executors import SingleThreadedExecutor
 

@@ -1,5 +1,5 @@
 """Every command-line tool ends on SIGINT / SIGTERM with exit 0 and no traceback, in every phase
-(tools/interrupts.py): each runs as a subprocess, the test waits for a line of its output (or its
+(process/interrupts.py): each runs as a subprocess, the test waits for a line of its output (or its
 opening the database) that says which phase it is in, then sends the signal. lingbot-ros-offline
 saves what it processed so far, all files or none, and says how many frames."""
 import os

@@ -16,6 +16,8 @@ from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
 from lingbot_ros.tools.offline import FrameWriter, main
 from lingbot_ros.io.sources import SyntheticSource
 
+from helpers import GET_SHARED, need_path
+
 
 
 def fake_output(index, is_keyframe, height=4, width=6, depth_m=2.0, stamp_s=0.0):
@@ -59,9 +61,7 @@ def test_frame_writer_files(tmp_path, depth_format):
 # ------------------------------------------------------------------------ end to end
 
 def needs(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is absent (see ../shared/data/README.md and fixtures/README.md)")
-    return path
+    return need_path(path, how=f"{GET_SHARED}; see ../shared/data/README.md and fixtures/README.md")
 
 
 @pytest.fixture

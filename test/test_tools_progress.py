@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import need_module, need_path
+
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="OFF", PYTHONPATH=str(REPO), COLUMNS="100")
 
@@ -55,15 +57,14 @@ def offline_argv(shared_dir: Path, out: Path) -> list[str]:
 
 @pytest.fixture
 def bag(shared_data):
-    pytest.importorskip("rclpy")
+    need_module("rclpy")
     return shared_data("courthouse_bag")
 
 
 @pytest.fixture
 def offline_inputs(shared_dir, shared_data):
     shared_data("loop_jpg")
-    if not (shared_dir / "fixtures" / "tiny_default" / "ckpt.pt").exists():
-        pytest.skip("tiny fixture missing")
+    need_path(shared_dir / "fixtures" / "tiny_default" / "ckpt.pt", "tiny fixture")
     return shared_dir
 
 

@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("rclpy")
+from helpers import need_module, need_path
+
+need_module("rclpy", module_level=True)
 pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
 
 
@@ -16,18 +18,14 @@ def run_replay(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_an_empty_time_range_fails_instead_of_looping_forever(shared_dir):
-    bag = shared_dir / "data" / "courthouse_bag"
-    if not bag.is_dir():
-        pytest.skip(f"{bag} is absent")
+    bag = need_path(shared_dir / "data" / "courthouse_bag")
     done = run_replay(str(bag), "--start", "1000", "--loop")
     assert done.returncode == 2
     assert "no messages in the selected time range" in done.stderr
 
 
 def test_waiting_for_subscribers_in_vain_is_announced(shared_dir):
-    bag = shared_dir / "data" / "courthouse_bag"
-    if not bag.is_dir():
-        pytest.skip(f"{bag} is absent")
+    bag = need_path(shared_dir / "data" / "courthouse_bag")
     done = run_replay(str(bag), "--duration", "0.25", "--rate", "10", "--wait-for-subscribers", "0.5")
     assert done.returncode == 0, done.stderr
     assert "no subscriber on every topic after 0.5 s" in done.stderr
@@ -48,9 +46,7 @@ def test_bad_pacing_and_qos_options_are_refused(tmp_path):
 
 
 def test_waiting_for_a_node_that_sends_no_status_fails(shared_dir):
-    bag = shared_dir / "data" / "courthouse_bag"
-    if not bag.is_dir():
-        pytest.skip(f"{bag} is absent")
+    bag = need_path(shared_dir / "data" / "courthouse_bag")
     done = run_replay(str(bag), "--wait-for-node", "/nobody", "--node-timeout", "0.5")
     assert done.returncode == 1
     assert "no status on /nobody/status within 0.5 s" in done.stderr

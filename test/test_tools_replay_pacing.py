@@ -9,18 +9,20 @@ import re
 
 import pytest
 
-rclpy = pytest.importorskip("rclpy")
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+rclpy = need_module("rclpy", module_level=True)
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from rosbags.rosbag2 import Reader  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 
-from helpers import Probe, stamp_ns, wait_until  # noqa: E402
+from helpers import SETUP, Probe, missing, need_path, stamp_ns, wait_until  # noqa: E402
 
 try:
     from lingbot_ros.msg import MapStatus
 except ImportError:
-    pytest.skip("lingbot_ros interfaces not generated (run scripts/setup.sh)", allow_module_level=True)
+    missing("the generated lingbot_ros interfaces (lingbot_ros.msg)", SETUP, module_level=True)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 TOPIC = "/camera/image_raw/compressed"
@@ -91,10 +93,7 @@ class FakeNode:
 
 @pytest.fixture
 def bag(shared_dir):
-    path = shared_dir / "data" / "courthouse_bag"
-    if not path.is_dir():
-        pytest.skip(f"{path} is absent")
-    return path
+    return need_path(shared_dir / "data" / "courthouse_bag")
 
 
 def bag_stamps(bag) -> list[int]:

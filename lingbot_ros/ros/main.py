@@ -7,7 +7,7 @@ import threading
 
 # Only what installs the signal handlers is imported here: rclpy, torch and the node load inside
 # ``interrupts.run`` (seconds), so a Ctrl-C while they load is a clean stop, not a traceback.
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 
 USAGE = """usage: lingbot-ros-node [-h] [--ros-args -p NAME:=VALUE ... --params-file FILE -r FROM:=TO ...]
 

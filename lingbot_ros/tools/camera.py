@@ -14,7 +14,7 @@ import contextlib
 import sys
 import time
 
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 
 DEFAULT_TOPIC = "/camera/image_raw"
 

@@ -26,7 +26,7 @@ from ..mapping.staged_files import write_files
 from ..mapping.windows import WindowedRun, WindowError, WindowRule
 from ..model import CheckpointError, ConfigError
 from ..stream import SettingsError, StreamingSession
-from . import interrupts
+from ..process import interrupts
 
 log = logging.getLogger("lingbot_ros.fixture")
 

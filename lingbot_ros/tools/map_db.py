@@ -34,7 +34,7 @@ from lingbot_ros.mapping.map_view import stored_view
 from lingbot_ros.mapping.map_writer import stored_bytes
 from lingbot_ros.mapping.preview import preview_png
 from lingbot_ros.mapping.staged_files import write_files
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 from lingbot_ros.viewer import serve
 from lingbot_ros.viewer.live_view import POSE_BUDGET
 

@@ -7,7 +7,7 @@ trajectory and map the node's ~/save_map writes, plus per-frame depth maps and a
 Every output file is staged and committed at the end, all together (mapping/staged_files.py): a
 run that fails keeps the previous run's files. Ctrl-C or SIGTERM while the model loads or warms
 up writes nothing; while frames are processed, the frame in the model is finished, then what was
-processed so far is saved the same way and the summary says how many frames (tools/interrupts.py).
+processed so far is saved the same way and the summary says how many frames (process/interrupts.py).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from lingbot_ros.mapping.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
 from lingbot_ros.mapping.voxel_map import VoxelRangeError
 from lingbot_ros.model import CheckpointError, ConfigError
-from lingbot_ros.tools import interrupts, progress
+from lingbot_ros.process import interrupts
+from lingbot_ros.tools import progress
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 from lingbot_ros.viewer import serve
 

@@ -19,7 +19,7 @@ import time
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 
 

@@ -34,7 +34,7 @@ from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 
-from lingbot_ros.tools import interrupts
+from lingbot_ros.process import interrupts
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
 from lingbot_ros.tools.replay_progress import PlaybackProgress
 from lingbot_ros.tools.replay_qos import PRESETS, describe, parse_overrides, preset, recorded_profile

@@ -22,7 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from lingbot_ros.tools import interrupts, shared_data
+from lingbot_ros.process import interrupts
+from lingbot_ros.tools import shared_data
 from lingbot_ros.tools.progress import Progress
 
 DEFAULT_IMAGES = "data/courthouse_jpg"
@@ -122,7 +123,7 @@ def _main(argv) -> int:
     from lingbot_ros.ros.status import frames_accounted
 
     width = args.image_width or (518 if args.checkpoint else 252)
-    rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)   # tools/interrupts.py
+    rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)   # process/interrupts.py
     node = MapNode(parameter_overrides=[
         Parameter("checkpoint", value=args.checkpoint),
         Parameter("model_config", value=args.model_config),

@@ -60,7 +60,7 @@ def close(viewer: LiveView | None) -> None:
 
 
 def until_stopped(viewer: LiveView | None, prog: str, what: str) -> None:
-    """Serve ``what`` once drawn, until Ctrl-C or SIGTERM (tools/interrupts.py ends the tool)."""
+    """Serve ``what`` once drawn, until Ctrl-C or SIGTERM (process/interrupts.py ends the tool)."""
     if viewer is None:
         return
     try:
