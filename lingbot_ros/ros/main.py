@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import sys
 import textwrap
-import threading
 
 # Only what installs the signal handlers is imported here: rclpy, torch and the node load inside
 # ``interrupts.run`` (seconds), so a Ctrl-C while they load is a clean stop, not a traceback.
@@ -52,12 +51,12 @@ def main(args=None) -> int:
 
 def _run(args) -> int:
     import rclpy
-    from rclpy.exceptions import InvalidHandle
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, ShutdownException
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.signals import SignalHandlerOptions
 
     from lingbot_ros.ros.node import MapNode
+    from lingbot_ros.ros.spinning import shut_down_executor, spin_once_guarded
 
     node = executor = None
     code = 0
@@ -75,18 +74,10 @@ def _run(args) -> int:
                 code = 1
         with interrupts.deferred():   # from here a signal ends the loop below, between callbacks
             while code == 0 and not interrupts.requested():
-                try:
-                    executor.spin_once(timeout_sec=0.1)
-                except InvalidHandle as error:
-                    # spin_once re-raises a callback's exception. This one means a transition destroyed
-                    # an entity that callback was using (a service answering as cleanup removes it):
-                    # the callback's work is moot, the node is fine.
-                    node.get_logger().debug(f"a callback met an entity destroyed by a transition: {error}")
-                except Exception as error:   # a callback outside the safety net's guards (rclpy's own)
-                    node.safety.caught("executor", error)
+                spin_once_guarded(executor, node.get_logger(), lambda error: node.safety.caught("executor", error))
             if interrupts.requested():
                 node.get_logger().info(f"{interrupts.requested()}: shutting down")
-    except ExternalShutdownException:
+    except (ExternalShutdownException, ShutdownException):
         pass
     finally:
         if node is not None and node.worker is not None:
@@ -98,30 +89,6 @@ def _run(args) -> int:
             node.destroy_node()
         rclpy.try_shutdown()
     return code
-
-
-def shut_down_executor(executor, spin_thread: threading.Thread | None, logger) -> None:
-    """Stop ``executor`` before its nodes are destroyed: wait for the callbacks still running (its
-    thread pool), join the thread spinning it, if any, and settle the callbacks' tasks that ended
-    after the last spin_once collected them. An exception of theirs is retrieved and logged in one
-    line (rclpy's Task prints "The following exception was never retrieved" when it is garbage
-    collected otherwise; during the shutdown it is an entity or the context going away under a
-    callback, not a bug to trace); one that had not ended is cancelled. rclpy keeps them in
-    ``_futures``, with no public way to them."""
-    from rclpy.exceptions import InvalidHandle
-
-    executor.shutdown(timeout_sec=5.0)
-    if spin_thread is not None:
-        spin_thread.join(5.0)
-    for task in list(getattr(executor, "_futures", ())):
-        if not task.done():
-            task.cancel()
-            continue
-        error = task.exception()
-        if isinstance(error, InvalidHandle):   # the executor's own guard, destroyed by its shutdown
-            logger.debug(f"a callback met an entity destroyed by the shutdown: {error}")
-        elif error is not None:
-            logger.warning(f"a callback ended during the shutdown with {type(error).__name__}: {error}")
 
 
 if __name__ == "__main__":

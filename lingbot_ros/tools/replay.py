@@ -22,7 +22,6 @@ import argparse
 import importlib
 import math
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from rosbags.rosbag2 import Reader
 from rosgraph_msgs.msg import Clock
 
 from lingbot_ros.process import interrupts
+from lingbot_ros.ros.spinning import BackgroundSpin
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
 from lingbot_ros.tools.replay_progress import PlaybackProgress
 from lingbot_ros.tools.replay_qos import PRESETS, describe, parse_overrides, preset, recorded_profile
@@ -159,7 +159,7 @@ def _main(argv) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     # Spins only the --wait-for-node status subscription; publishing stays on this thread.
-    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner = BackgroundSpin(executor, node.get_logger())
     try:
         with Reader(bag) as reader:
             connections = [c for c in reader.connections
@@ -226,9 +226,7 @@ def _main(argv) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        executor.shutdown(timeout_sec=1.0)
-        if spinner.is_alive():   # a node destroyed under a spinning executor aborts the process
-            spinner.join(5.0)
+        spinner.stop()   # before the node: one destroyed under a spinning executor aborts the process
         node.destroy_node()
         rclpy.try_shutdown()
     return 0

@@ -117,9 +117,9 @@ def _main(argv) -> int:
     from rclpy.parameter import Parameter
     from rclpy.signals import SignalHandlerOptions
 
-    from lingbot_ros.ros.main import shut_down_executor
     from lingbot_ros.ros.node import MapNode
     from lingbot_ros.ros.services import SaveMap
+    from lingbot_ros.ros.spinning import BackgroundSpin
     from lingbot_ros.ros.status import frames_accounted
 
     width = args.image_width or (518 if args.checkpoint else 252)
@@ -138,8 +138,7 @@ def _main(argv) -> int:
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     executor.add_node(client_node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
+    spin = BackgroundSpin(executor, node.get_logger()).start()
     stop = threading.Event()
     camera = None
     code = 0
@@ -179,7 +178,7 @@ def _main(argv) -> int:
         if camera is not None:   # it publishes through client_node: done before that is destroyed
             camera.join(5)
         node.release()
-        shut_down_executor(executor, spin, node.get_logger())   # before the nodes it waits on go
+        spin.stop()   # before the nodes it waits on go
         node.destroy_node()
         client_node.destroy_node()
         rclpy.try_shutdown()
