@@ -297,23 +297,30 @@ def _tf(parent: str, child: str, stamp_s: float, x: float = 0.0, q=(0.0, 0.0, 0.
     return t
 
 
-def test_hostile_dynamic_tf_leaves_the_node_running_and_a_conflict_is_reported(ros, tiny):
-    fixture, _ = tiny
-    nan = float("nan")
+
+def _node_with_side_inputs(ros, fixture, first_odometry_stamp: float):
+    """A node in map_to_odom mode with every frame processed, and reliable publishers of images,
+    odometry and /tf that it has matched. The node reads odometry best effort: its reader matches
+    the publisher some time after the publisher matched it, and a sample sent before is lost, so
+    one sample stamped ``first_odometry_stamp`` goes out until it counts."""
     node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
                           "diagnostics_window_s:=120.0")
     ros.wait(lambda: ros.statuses, "the node's first status")
-    transforms: list = []
-    ros.node.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 100)
     images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
     odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
     tf = ros.node.create_publisher(tf2_msgs.TFMessage, "/tf", RELIABLE)
     ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count()
              and tf.get_subscription_count(), "the node's subscriptions")
-    # The node reads odometry best effort: its reader matches the publisher some time after the
-    # publisher matched it, and a sample sent before is lost. One older sample until it counts.
-    ros.wait(lambda: odometry.publish(_odometry(599.0)) or ros.statuses[-1].odometry_received or None,
+    ros.wait(lambda: odometry.publish(_odometry(first_odometry_stamp)) or ros.statuses[-1].odometry_received or None,
              "the node's odometry reader matched")
+    return node, images, odometry, tf
+
+def test_hostile_dynamic_tf_leaves_the_node_running_and_a_conflict_is_reported(ros, tiny):
+    fixture, _ = tiny
+    nan = float("nan")
+    transforms: list = []
+    ros.node.create_subscription(tf2_msgs.TFMessage, "/tf", transforms.append, 100)
+    node, images, odometry, tf = _node_with_side_inputs(ros, fixture, 599.0)
     before = ros.statuses[-1].odometry_received
     for i in range(20):
         odometry.publish(_odometry(600.0 + 0.05 * i, x=0.01 * i))
@@ -706,16 +713,7 @@ def test_truncated_odometry_and_tf_payloads_are_refused_and_counted(ros, tiny):
     from rclpy.serialization import serialize_message
 
     fixture, _ = tiny
-    node = ros.start_node(fixture, "tf_mode:=map_to_odom", "process_all_frames:=true", "image_qos:=reliable",
-                          "diagnostics_window_s:=120.0")
-    ros.wait(lambda: ros.statuses, "the node's first status")
-    images = ros.node.create_publisher(CompressedImage, BAG_TOPIC, RELIABLE)
-    odometry = ros.node.create_publisher(Odometry, "/map_node/odometry_in", RELIABLE)
-    tf = ros.node.create_publisher(tf2_msgs.TFMessage, "/tf", RELIABLE)
-    ros.wait(lambda: images.get_subscription_count() and odometry.get_subscription_count()
-             and tf.get_subscription_count(), "the node's subscriptions")
-    ros.wait(lambda: odometry.publish(_odometry(1099.0)) or ros.statuses[-1].odometry_received or None,
-             "the node's odometry reader matched")   # best effort: one sample until it counts
+    node, images, odometry, tf = _node_with_side_inputs(ros, fixture, 1099.0)
     images.publish(synthetic_jpeg(0, 1100.0))
     _alive_and_balanced(ros, node, 1)
     before = ros.statuses[-1]
