@@ -11,6 +11,7 @@ num_scale_frames + 3 frames) precedes the timed rates.
 
   python bench/node_latency.py                       # rates 2 4 8 16 24 32 Hz, 4 s each
   python bench/node_latency.py --rates 5 10 --seconds 6 --image-width 224
+  python bench/node_latency.py --transport compressed   # JPEG (quality 90) on ~/image/compressed
 
 Model and node settings map to map_node parameters: --device (device), --model-config
 (model_config: a JSON file or a preset name such as lingbot-map), --checkpoint (checkpoint; `none`
@@ -66,6 +67,10 @@ def parse_args(argv=None):
     parser.add_argument("--image-width", type=int, default=112, help="model input width")
     parser.add_argument("--image-size", type=_image_size, default=(640, 480), metavar="WxH",
                         help="size of the published rgb8 image (default 640x480)")
+    parser.add_argument("--transport", choices=("raw", "compressed"), default="raw",
+                        help="raw: sensor_msgs/Image rgb8 on ~/image; compressed: sensor_msgs/"
+                             "CompressedImage JPEG (quality 90) on ~/image/compressed, the node's "
+                             "image_transport:=compressed (default raw)")
     parser.add_argument("--num-scale-frames", type=int, default=3)
     parser.add_argument("--window", type=int, default=8, help="node parameter sliding_window")
     parser.add_argument("--param", action="append", default=[], metavar="NAME:=VALUE",
@@ -105,7 +110,7 @@ def node_params(args) -> list[str]:
         f"sliding_window:={args.window}", "max_stamp_gap_s:=0.0", "map_publish_period_s:=0.0",
         "diagnostics_period_s:=1.0",
         # The warm-up compiles and captures for the size the probe publishes.
-        "warmup_image_size:={}x{}".format(*args.image_size)]
+        "warmup_image_size:={}x{}".format(*args.image_size), f"image_transport:={args.transport}"]
     return params + list(args.param)
 
 
@@ -119,14 +124,14 @@ def start_node(args, env) -> subprocess.Popen:
 
 
 class Probe:
-    def __init__(self, domain: int, image_size: tuple[int, int] = (640, 480)):
+    def __init__(self, domain: int, image_size: tuple[int, int] = (640, 480), transport: str = "raw"):
         import rclpy
         from geometry_msgs.msg import PoseStamped
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import (DurabilityPolicy, QoSProfile, ReliabilityPolicy,
                                qos_profile_sensor_data)
-        from sensor_msgs.msg import Image
+        from sensor_msgs.msg import CompressedImage, Image
 
         from lingbot_ros.msg import MapStatus
 
@@ -135,7 +140,10 @@ class Probe:
         rclpy.init(args=[], context=self.context, domain_id=domain)
         self.node = rclpy.create_node("node_latency_bench", context=self.context)
         # As a camera driver publishes: best effort, keep last 1.
-        self.publisher = self.node.create_publisher(Image, "/map_node/image", qos_profile_sensor_data)
+        compressed = transport == "compressed"
+        self.publisher = self.node.create_publisher(
+            CompressedImage if compressed else Image, "/map_node/image/compressed" if compressed
+            else "/map_node/image", qos_profile_sensor_data)
         self.sent_at: dict[int, float] = {}        # stamp ns -> monotonic publish time
         self.pose_at: dict[int, float] = {}        # stamp ns -> monotonic receive time
         self.model_ms: dict[int, float] = {}       # stamp ns -> model step of that frame
@@ -149,8 +157,13 @@ class Probe:
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)
         self.thread.start()
         width, height = image_size
-        self._image = Image(height=height, width=width, encoding="rgb8", step=width * 3)
-        self._frames = [np.roll(_texture(width, height), 6 * k, axis=1).tobytes() for k in range(16)]
+        frames = [np.roll(_texture(width, height), 6 * k, axis=1) for k in range(16)]
+        if compressed:   # encoded once: the camera's encoder is not what is measured
+            self._image = CompressedImage(format="rgb8; jpeg compressed bgr8")
+            self._frames = [_jpeg(frame) for frame in frames]
+        else:
+            self._image = Image(height=height, width=width, encoding="rgb8", step=width * 3)
+            self._frames = [frame.tobytes() for frame in frames]
         self._count = 0
 
     def _on_pose(self, msg) -> None:
@@ -193,6 +206,14 @@ def _texture(width: int = 640, height: int = 480) -> np.ndarray:
 
     small = (np.random.default_rng(0).random((60, 80, 3)) * 255).astype(np.uint8)
     return cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+
+
+def _jpeg(rgb: np.ndarray) -> bytes:
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", rgb[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return data.tobytes()
 
 
 def _ns(stamp) -> int:
@@ -240,7 +261,8 @@ def describe(args) -> str:
                 f", {args.num_scale_frames} scale frames, window {args.window}")
     extra = "".join(f", {p}" for p in args.param)
     return (f"map_node, {model} on {device} ({args.threads} torch thread), input width "
-            f"{args.image_width}{settings}{extra}, {width}x{height} rgb8 best effort, newest frame wins")
+            f"{args.image_width}{settings}{extra}, {width}x{height} "
+            f"{'rgb8' if args.transport == 'raw' else 'JPEG (CompressedImage)'} best effort, newest frame wins")
 
 
 def main() -> int:
@@ -260,7 +282,7 @@ def main() -> int:
                OMP_NUM_THREADS=str(args.threads))
     os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = env["FASTDDS_DEFAULT_PROFILES_FILE"]
     node = start_node(args, env)
-    probe = Probe(domain, args.image_size)
+    probe = Probe(domain, args.image_size, args.transport)
     try:
         up = probe.wait(lambda: node.poll() is not None or (
             probe.publisher.get_subscription_count() and probe.last_status), args.startup_timeout)
