@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the GPU machine, after `. bench/device/setup.sh`: the CUDA test files, then the node at
+# 10/20/30 Hz with raw and with compressed input (bench/node_latency.py, released architecture,
+# random weights, 518x378), through the ROS bundle of bench/ros_runtime_bundle.sh (carry .gpu_ros).
+# Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
+#
+#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [tests] [raw] [compressed]
+set -u
+mkdir -p /tmp/ros312 && tar -xJf .gpu_ros/ros312.tar.xz -C /tmp/ros312 && . /tmp/ros312/ros312/env.sh
+export PYTHONPATH=$PYTHONPATH:/tmp/site   # the bundle's env.sh set it to the repo and the bundle
+steps=${*:-tests raw compressed}
+for step in $steps; do
+  case $step in
+    tests)
+      $PY -m pytest -q -p no:cacheprovider test/test_cache_flashinfer.py test/test_stream_frame_graph.py \
+        test/test_mapping_mapper_gpu.py $(ls test/test_stream_multi_gpu.py 2>/dev/null) \
+        > "$OUT/gpu_tests.log" 2>&1; tail -3 "$OUT/gpu_tests.log" ;;
+    raw|compressed)
+      # Fast DDS's shared memory: its segments show in /dev/shm while the node runs (transport
+      # losses on these VMs were blamed on it in earlier sessions).
+      (sleep 60; ls /dev/shm > "$OUT/shm_$step.txt" 2>&1) &
+      $PY bench/node_latency.py --device cuda --model-config lingbot-map --checkpoint none \
+        --image-width 518 --image-size 518x378 --num-scale-frames 8 --window 64 \
+        --rates 10 20 30 --seconds 10 --transport "$step" --node-log "$OUT/node_$step.log" \
+        --out "$OUT/latency_$step" 2>&1 | tail -8 ;;
+  esac
+done
