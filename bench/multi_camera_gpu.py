@@ -22,8 +22,6 @@ counts). Peak memory: the peak allocated during the run above what was allocated
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
-from bench.stream_gpu import sync, synthetic_frames  # noqa: E402
+from bench.stream_gpu import append_to_readme, sync, synthetic_frames  # noqa: E402
 from lingbot_ros.mapping import factory  # noqa: E402
 from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
 from lingbot_ros.stream import MultiStreamSession, StreamFrame, StreamingSession  # noqa: E402
@@ -121,11 +119,7 @@ def main(argv=None) -> int:
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows)
     print(table)
     if not args.no_write:
-        dev = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
-        with open(Path(__file__).with_name("README.md"), "a") as fh:
-            fh.write(f"\n### multi_camera_gpu.py, {datetime.date.today()}, {dev}, torch {torch.__version__}\n\n"
-                     f"`python bench/multi_camera_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
-                     f"\n\n{table}\n")
+        append_to_readme("multi_camera_gpu.py", argv, table, device)
     return 0
 
 

@@ -83,6 +83,10 @@ class MultiStreamKVCache(PagedPools):
             raise ValueError(f"stream must be an int in [0, {len(self._streams)}), got {s!r}")
 
 
+def _shared(name: str) -> property:
+    return property(lambda view: getattr(view._host, name), doc=f"The shared pool's `{name}`.")
+
+
 class StreamCacheView(StreamVerbs):
     """One stream of a `MultiStreamKVCache`, with the interface of a `PagedKVCache` (what a
     `StreamingSession` uses): its steps are steps of the shared pool with one request."""
@@ -93,21 +97,11 @@ class StreamCacheView(StreamVerbs):
         self.stream = stream
         self.spec = owner.spec
 
-    @property
-    def backend(self) -> str:
-        return self._host.backend
-
-    @property
-    def supports_graphs(self) -> bool:
-        return self._host.supports_graphs
-
-    @property
-    def buffers_version(self) -> tuple[int, int, int]:
-        return self._host.buffers_version
-
-    @property
-    def step_table(self):
-        return self._host.step_table
+    # What a single-stream cache reports about its pools, here the shared pool's.
+    backend = _shared("backend")
+    supports_graphs = _shared("supports_graphs")
+    buffers_version = _shared("buffers_version")
+    step_table = _shared("step_table")
 
     def attend(self, layer: int, q, k, v, merge: bool = True):
         return self._host.attend(layer, q, k, v, merge=merge)
