@@ -1,7 +1,8 @@
 """stream/multi_session.py on the GPU: N streams batched in one step (one FlashInfer plan with one
-request per stream, bf16) against N separate StreamingSessions (each with its own cache, CUDA
-graphs and split attention, as the node runs one camera), within the single-stream parity
-tolerance of test_stream_frame_graph.py."""
+request per stream, bf16 or FP8 K/V; float32 through the torch backend) against N separate
+StreamingSessions (each with its own cache, CUDA graphs and split attention, as the node runs one
+camera), within the single-stream tolerance of test_stream_frame_graph.py (graph replay against
+eager steps)."""
 
 import pytest
 import torch
@@ -23,14 +24,15 @@ def settings(**kw):
 
 
 @pytest.mark.parametrize("num_streams", [1, 2, 3])
-@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
-def test_batched_streams_match_separate_sessions(num_streams, kv_cache_dtype):
+@pytest.mark.parametrize("dtype, kv_cache_dtype, backend", [
+    ("auto", "auto", "flashinfer"), ("auto", "fp8", "flashinfer"), ("float32", "auto", "torch")])
+def test_batched_streams_match_separate_sessions(num_streams, dtype, kv_cache_dtype, backend):
     model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
     g = torch.Generator().manual_seed(2)
     frames = torch.rand(num_streams, 70, 3, H, W, generator=g).cuda()
-    batched = MultiStreamSession(model, num_streams, settings(kv_cache_dtype=kv_cache_dtype))
-    assert batched.settings.attention_backend == "auto"
-    separate = [StreamingSession(model, settings(kv_cache_dtype=kv_cache_dtype)) for _ in range(num_streams)]
+    kw = dict(dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+    batched = MultiStreamSession(model, num_streams, settings(**kw))
+    separate = [StreamingSession(model, settings(**kw)) for _ in range(num_streams)]
     got = {s: [] for s in range(num_streams)}
     expected = {s: [] for s in range(num_streams)}
     fed = [0] * num_streams
@@ -52,7 +54,7 @@ def test_batched_streams_match_separate_sessions(num_streams, kv_cache_dtype):
                 batched.reset(s), separate[s].reset()
             else:
                 batched.flush(s), separate[s].flush()
-    assert batched._shared.backend == "flashinfer"
+    assert batched._shared.backend == backend
     for s in range(num_streams):
         assert len(got[s]) == len(expected[s]) == fed[s]
         for a, b in zip(got[s], expected[s]):
