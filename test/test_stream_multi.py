@@ -4,8 +4,8 @@ A random program gives every stream, at every step, one action: no frame (absent
 batch), a frame (interval rule, or forced keyframe / non-keyframe), a rollback, a flush, a reset
 or a window switch (a reset and the stream's last frame again, as the mapping layer's windowed
 policy does). The batched session runs every step's frames as one call; the reference runs each
-stream in a session of its own. Every output of every frame must agree within 1e-5 (float32,
-CPU; only the shapes of the matmuls differ).
+stream in a session of its own. Every output of every frame must agree within 1e-5 of its scale
+(float32, CPU; only the shapes of the matmuls differ: `assert_close`).
 """
 import pytest
 import torch
@@ -42,13 +42,32 @@ stream_settings = st.builds(
     include_scale_frames=st.booleans(), camera_only=st.booleans())
 
 
+def assert_close(a, b, what):
+    """|a - b| <= 1e-5 * (scale + |b|), scale = max |b| of the tensor: spec 18's tolerance form at
+    1e-5. (Measured: pose, depth, confidence and points differ by at most 2.6e-6 absolute.)"""
+    a, b = a.double(), b.double()
+    error = (a - b).abs() - 1e-5 * (b.abs().max() + b.abs())
+    assert error.max() <= 0, f"{what}: max |a - b| {(a - b).abs().max():.3g}, max |b| {b.abs().max():.3g}"
+
+
+def camera_of(K, image_size):
+    """The FoVs (radians) and principal point an intrinsic matrix encodes. The focal lengths are
+    1/tan of the FoV: random weights give FoVs near 0 (focal lengths up to 2e7 px), where a FoV
+    within 1e-5 gives a focal length only within 1e-5 relative to the FoV's size."""
+    W, H = image_size
+    fov = torch.stack([2 * torch.atan(H / 2 / K[1, 1]), 2 * torch.atan(W / 2 / K[0, 0])])
+    return torch.cat([fov, K[:2, 2]])
+
+
 def assert_same(got, expected, where):
     assert [r.index for r in got] == [r.index for r in expected], where
     for a, b in zip(got, expected):
         assert (a.is_keyframe, a.time_index, a.image_size) == (b.is_keyframe, b.time_index, b.image_size), where
         for key in OUTPUTS:
-            torch.testing.assert_close(getattr(a, key), getattr(b, key), rtol=1e-5, atol=1e-5,
-                                       msg=lambda m: f"{where} frame {a.index} {key}: {m}")
+            x, y = getattr(a, key), getattr(b, key)
+            if key == "intrinsic":
+                x, y = camera_of(x, a.image_size), camera_of(y, b.image_size)
+            assert_close(x, y, f"{where} frame {a.index} {key}")
 
 
 def outcome(verb):
@@ -60,9 +79,9 @@ def outcome(verb):
     return None
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), num_streams=st.sampled_from([1, 2, 3]), stream_settings=stream_settings,
-       steps=st.integers(4, 14))
+       steps=st.integers(4, 20))
 def test_batched_streams_equal_separate_sessions(model, frames, data, num_streams, stream_settings, steps):
     batched = MultiStreamSession(model, num_streams, stream_settings)
     separate = [StreamingSession(model, stream_settings) for _ in range(num_streams)]
@@ -147,3 +166,29 @@ def test_bad_frames_are_refused_naming_the_stream(model, frames):
         batched.step([StreamFrame(2, frames[0, 1])])
     # Nothing ran: stream 0's next frame is its second.
     assert batched.step([StreamFrame(0, frames[0, 1])])[0][0].index == 1
+
+
+def test_long_run_with_special_pages_grown_by_turns(model, frames):
+    """Past the first special chunk: the streams grow their special streams into chunks at the
+    end of the shared pool, in turns (interleaved owners); outputs still equal separate sessions'."""
+    kw = dict(num_scale_frames=2, scale_frames=1, sliding_window=2, camera_num_iterations=2, keyframe_interval=2)
+    batched = MultiStreamSession(model, 3, StreamSettings(**kw))
+    separate = [StreamingSession(model, StreamSettings(**kw)) for _ in range(3)]
+    fed = [0, 0, 0]
+    for step in range(36):
+        batch, expected = [], {}
+        for s in range(3):
+            if s and step % (s + 2) == 0:
+                continue                                  # sits out
+            keyframe = True if s == 2 else None           # stream 2 stores every frame
+            batch.append(StreamFrame(s, frames[s, fed[s]], keyframe))
+            expected[s] = separate[s].step(frames[s, fed[s]], keyframe=keyframe)
+            fed[s] += 1
+        got = batched.step(batch)
+        for s in expected:
+            assert_same(got[s], expected[s], f"step {step} stream {s}")
+    pool = batched._shared
+    owners = [s for page in range(3 * pool.spec.base_pages, pool.layer_pool(0).shape[0])
+              for s in range(3) if page in pool._streams[s].special.pages]
+    assert len(owners) == pool.layer_pool(0).shape[0] - 3 * pool.spec.base_pages   # each page one owner
+    assert len(set(owners)) >= 2
