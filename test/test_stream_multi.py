@@ -131,7 +131,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
     for i in range(5):
         batched.step([StreamFrame(s, frames[s, i]) for s in range(3)])
         alone.step(frames[2, i])
-    pool = batched._shared
+    pool = batched._pool.pool
     pages = pool._streams[2].pages()
     before = ([pool.layer_pool(l)[pages].clone() for l in range(model.config.depth)],
               batched._sessions[2]._camera.k.clone(), pool.stream(2).page_census(),
@@ -187,8 +187,26 @@ def test_long_run_with_special_pages_grown_by_turns(model, frames):
         got = batched.step(batch)
         for s in expected:
             assert_same(got[s], expected[s], f"step {step} stream {s}")
-    pool = batched._shared
+    pool = batched._pool.pool
     owners = [s for page in range(3 * pool.spec.base_pages, pool.layer_pool(0).shape[0])
               for s in range(3) if page in pool._streams[s].special.pages]
     assert len(owners) == pool.layer_pool(0).shape[0] - 3 * pool.spec.base_pages   # each page one owner
     assert len(set(owners)) >= 2
+
+
+def test_a_dropped_session_frees_its_pool_at_once(model, frames):
+    """No reference cycle through the streams' cache factories or views: the pool (GPU memory on
+    CUDA) goes with the session, not at the next cycle collection."""
+    import gc
+    import weakref
+
+    batched = MultiStreamSession(model, 2, StreamSettings(num_scale_frames=1, camera_num_iterations=2))
+    batched.step([StreamFrame(0, frames[0, 0]), StreamFrame(1, frames[1, 0])])
+    batched.step([StreamFrame(0, frames[0, 1])])
+    pool = weakref.ref(batched._pool.pool)
+    gc.disable()
+    try:
+        del batched
+        assert pool() is None
+    finally:
+        gc.enable()

@@ -54,7 +54,7 @@ def test_batched_streams_match_separate_sessions(num_streams, dtype, kv_cache_dt
                 batched.reset(s), separate[s].reset()
             else:
                 batched.flush(s), separate[s].flush()
-    assert batched._shared.backend == backend
+    assert batched._pool.pool.backend == backend
     for s in range(num_streams):
         assert len(got[s]) == len(expected[s]) == fed[s]
         for a, b in zip(got[s], expected[s]):

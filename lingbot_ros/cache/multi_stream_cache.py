@@ -46,15 +46,16 @@ class MultiStreamKVCache(PagedPools):
             raise ValueError(f"num_streams must be a positive int, got {num_streams!r}")
         streams = [StreamPages(spec, s * spec.base_pages) for s in range(num_streams)]
         super().__init__(spec, streams, backend)
-        self._views = [StreamCacheView(self, s) for s in range(num_streams)]
 
     @property
     def num_streams(self) -> int:
         return len(self._streams)
 
     def stream(self, s: int) -> "StreamCacheView":
-        """Stream s's cache, with `PagedKVCache`'s verbs."""
-        return self._views[s]
+        """Stream s's cache, with `PagedKVCache`'s verbs. A new view each call (the pool keeps
+        none: a view refers to the pool, and a cycle would delay freeing its GPU memory)."""
+        self._check_stream(s)
+        return StreamCacheView(self, s)
 
     def begin_batch(self, parts: Sequence[BatchPart]) -> None:
         """One step of one frame per listed stream (each stream at most once), in this order:

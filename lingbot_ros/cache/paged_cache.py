@@ -35,5 +35,10 @@ class PagedKVCache(StreamVerbs, PagedPools):
 
     def __init__(self, spec: CacheSpec, backend: str = "auto") -> None:
         self._pages = StreamPages(spec)
-        self._host = self
         super().__init__(spec, [self._pages], backend)
+
+    @property
+    def _host(self) -> PagedPools:
+        # A property, not an attribute: a reference to itself would make a cycle, and a dropped
+        # cache's GPU memory would wait for the next cycle collection.
+        return self

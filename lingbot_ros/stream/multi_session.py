@@ -54,6 +54,23 @@ class StreamFrame:
     keyframe: Optional[bool] = None
 
 
+class _SharedPool:
+    """The streams' one pool, made at the first stream's first model call (the image size gives
+    the spec). The streams' cache factories hold this, not the session: no reference cycle, so
+    a dropped session frees its GPU memory at once."""
+
+    def __init__(self, num_streams: int, backend: str):
+        self.num_streams, self.backend = num_streams, backend
+        self.pool: Optional[MultiStreamKVCache] = None
+
+    def stream_cache(self, stream: int, spec: CacheSpec) -> StreamCacheView:
+        """The cache factory of stream `stream`'s session."""
+        if self.pool is None:
+            self.pool = MultiStreamKVCache(spec, self.num_streams, backend=self.backend)
+        assert self.pool.spec == spec, "streams of one pool with different specs"
+        return self.pool.stream(stream)
+
+
 class MultiStreamSession:
     def __init__(self, model: LingBotMap, num_streams: int, settings: Optional[StreamSettings] = None):
         if not isinstance(num_streams, int) or isinstance(num_streams, bool) or not 1 <= num_streams <= MAX_STREAMS:
@@ -61,10 +78,10 @@ class MultiStreamSession:
         self.model = model
         self.settings = settings or StreamSettings()
         self.num_streams = num_streams
-        self._shared: Optional[MultiStreamKVCache] = None
+        self._pool = _SharedPool(num_streams, self.settings.attention_backend)
         self._image_hw: Optional[tuple[int, int]] = None
         member = dataclasses.replace(self.settings, cuda_graphs=False)   # see the module docstring
-        self._sessions = [StreamingSession(model, member, cache_factory=partial(self._stream_cache, s))
+        self._sessions = [StreamingSession(model, member, cache_factory=partial(self._pool.stream_cache, s))
                           for s in range(num_streams)]
 
     # ---- public verbs --------------------------------------------------------------------------
@@ -145,21 +162,14 @@ class MultiStreamSession:
 
     def _drop_pool(self) -> None:
         """Every stream is empty and the image size changes: a new pool at the next frame."""
-        self._shared = None
+        self._pool.pool = None
         for session in self._sessions:
             session._cache = None
-
-    def _stream_cache(self, stream: int, spec: CacheSpec) -> StreamCacheView:
-        """The cache factory of stream `stream`'s session."""
-        if self._shared is None:
-            self._shared = MultiStreamKVCache(spec, self.num_streams, backend=self.settings.attention_backend)
-        assert self._shared.spec == spec, "streams of one pool with different specs"
-        return self._shared.stream(stream)
 
     def _run_batch(self, batch: list[tuple[int, torch.Tensor, bool]]) -> dict[int, list[FrameResult]]:
         """Phase-2 frames of several streams, one model call."""
         sessions = [self._sessions[s] for s, _, _ in batch]
-        lead, shared = sessions[0], self._shared
+        lead, shared = sessions[0], self._pool.pool
         images = torch.stack([image for _, image, _ in batch])                 # [N, 3, H, W]
         # Reads no cache: launched first, it keeps the device busy during the host's planning.
         patches = lead._embed(images, frame_steps=True)

@@ -48,7 +48,9 @@ class StreamingSession:
         """cache_factory: where the global cache comes from (default: a `PagedKVCache` of its
         own); `MultiStreamSession` hands each of its streams one stream of a shared pool."""
         self.model = model
-        self._cache_factory = cache_factory or self._own_cache
+        # Not a bound method of this session when none is given: a reference cycle would keep a
+        # dropped session's GPU memory until the next cycle collection (as in frame_graph.py).
+        self._cache_factory = cache_factory
         self.settings = settings or StreamSettings()
         self.config = model.config
         self.device = model.device
@@ -187,9 +189,6 @@ class StreamingSession:
             self._cache = None                   # tokens per frame changed: new pages at the next run
         return image.to(self.device, torch.float32)
 
-    def _own_cache(self, spec: CacheSpec) -> PagedKVCache:
-        return PagedKVCache(spec, backend=self.settings.attention_backend)
-
     def _global_cache(self) -> GlobalCache:
         if self._cache is None:
             H, W = self._image_hw
@@ -208,7 +207,8 @@ class StreamingSession:
                 # 518x378). At least one step's worth (A + 1 frames without anchors).
                 spec = dataclasses.replace(spec, deferred_capacity=max(
                     CacheSpec.deferred_capacity, spec.frames_per_eviction))
-            self._cache = self._cache_factory(spec)
+            self._cache = (self._cache_factory(spec) if self._cache_factory is not None
+                           else PagedKVCache(spec, backend=s.attention_backend))
             self._cache.defer_evictions = s.defer_evictions
             self._graph = (FrameGraph(self._embed, self._forward, (1, 3, H, W), self.device)
                            if self._camera.static and self._cache.supports_graphs else None)
