@@ -17,12 +17,6 @@ pytestmark = GPU
 H, W = 56, 70   # 4 x 5 patches: 26 tokens per frame, so the special streams grow every 17 frames
 
 
-def settings(**kw):
-    base = dict(num_scale_frames=2, scale_frames=2, sliding_window=3, camera_num_iterations=2,
-                defer_evictions=True)
-    return StreamSettings(**{**base, **kw})
-
-
 @pytest.mark.parametrize("num_streams", [1, 2, 3])
 @pytest.mark.parametrize("dtype, kv_cache_dtype, backend", [
     ("auto", "auto", "flashinfer"), ("auto", "fp8", "flashinfer"), ("float32", "auto", "torch")])
@@ -30,9 +24,10 @@ def test_batched_streams_match_separate_sessions(num_streams, dtype, kv_cache_dt
     model = build_model(ModelConfig.preset("tiny"), device="cuda", seed=5)
     g = torch.Generator().manual_seed(2)
     frames = torch.rand(num_streams, 70, 3, H, W, generator=g).cuda()
-    kw = dict(dtype=dtype, kv_cache_dtype=kv_cache_dtype)
-    batched = MultiStreamSession(model, num_streams, settings(**kw))
-    separate = [StreamingSession(model, settings(**kw)) for _ in range(num_streams)]
+    settings = StreamSettings(num_scale_frames=2, scale_frames=2, sliding_window=3, camera_num_iterations=2,
+                              defer_evictions=True, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+    batched = MultiStreamSession(model, num_streams, settings)
+    separate = [StreamingSession(model, settings) for _ in range(num_streams)]
     got = {s: [] for s in range(num_streams)}
     expected = {s: [] for s in range(num_streams)}
     fed = [0] * num_streams
