@@ -21,8 +21,9 @@ first frame fixes it, and it can change only while every stream is empty.
 
 On CUDA the steps run eagerly (no captured CUDA graph, unlike a single session's phase-2 steps:
 `cuda_graphs` is not used here), with the fused block kernels compiled once per stream count.
-FlashInfer plans the batch as one request per stream, without the single session's KV split
-(N streams already give FlashInfer N times the work items).
+FlashInfer plans a batch of several streams as one request per stream, without the single
+session's KV split (N streams already give FlashInfer N times the work items); a step with one
+stream's frame is that stream's single-stream step (split attention included).
 """
 from __future__ import annotations
 
@@ -168,6 +169,11 @@ class MultiStreamSession:
 
     def _run_batch(self, batch: list[tuple[int, torch.Tensor, bool]]) -> dict[int, list[FrameResult]]:
         """Phase-2 frames of several streams, one model call."""
+        if len(batch) == 1:
+            # One stream: the single-stream step itself (through its stream of the pool), which
+            # on CUDA also splits the attention's pages to fill the GPU.
+            s, image, store = batch[0]
+            return {s: self._sessions[s]._run(image[None], store=store, first_frame=False, scale_slot=1)}
         sessions = [self._sessions[s] for s, _, _ in batch]
         lead, shared = sessions[0], self._pool.pool
         images = torch.stack([image for _, image, _ in batch])                 # [N, 3, H, W]
