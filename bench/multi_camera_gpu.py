@@ -14,7 +14,9 @@ For each N, after every stream's phase 1 and `--warmup` steps (72 fill the windo
 - batched: `MultiStreamSession.step` with one frame per stream, `--steps` times (eager steps on
   CUDA, fused block kernels compiled per stream count: see stream/multi_session.py);
 - one after another: N `StreamingSession`s (each its own cache, CUDA graphs as the node runs one
-  camera), each stepped once per step, in the same loop.
+  camera), each stepped once per step, in the same loop;
+- the same eager (`cuda_graphs` off, fused blocks on), which separates what batching gains from
+  what the graphs gain (the batched steps have no graph yet).
 Aggregate frames/s = N * steps / wall time (a device sync after each step, so the host work
 counts). Peak memory: the peak allocated during the run above what was allocated before it
 (weights), and per added stream against N = 1.
@@ -22,6 +24,7 @@ counts). Peak memory: the peak allocated during the run above what was allocated
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -102,21 +105,26 @@ def main(argv=None) -> int:
     rows, base_peak = [], None
     for n in args.streams:
         results = {}
-        for kind in ("batched", "one after another"):
+        eager = dataclasses.replace(stream_settings, cuda_graphs=False)
+        for kind, variant in (("batched", stream_settings), ("one after another", stream_settings),
+                              ("one after another, eager", eager)):
             print(f"running N={n} {kind}", file=sys.stderr, flush=True)
-            results[kind] = run(kind, model, stream_settings, n, images, args.warmup, args.steps, device)
-        batched, serial = results["batched"], results["one after another"]
+            results[kind] = run(kind, model, variant, n, images, args.warmup, args.steps, device)
+        batched, serial, serial_eager = (results[k] for k in ("batched", "one after another",
+                                                              "one after another, eager"))
         if n == 1:
             base_peak = batched["peak"]
         per_added = ("-" if base_peak is None or n == 1
                      else f"{(batched['peak'] - base_peak) / (n - 1) / gib:.2f}")
         rows.append(f"| {n} | {batched['fps']:.1f} | {batched['step_ms']:.1f} | {serial['fps']:.1f} | "
                     f"{serial['step_ms']:.1f} | {batched['fps'] / serial['fps']:.2f} | "
+                    f"{serial_eager['fps']:.1f} | {batched['fps'] / serial_eager['fps']:.2f} | "
                     f"{batched['peak'] / gib:.2f} | {serial['peak'] / gib:.2f} | {per_added} |")
     table = "\n".join(
         ["| N | batched FPS (all streams) | batched step ms | one after another FPS | one after another step ms |"
-         " speed-up | batched peak GiB | one after another peak GiB | GiB per added stream (batched) |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows)
+         " speed-up | one after another eager FPS | speed-up vs eager | batched peak GiB |"
+         " one after another peak GiB | GiB per added stream (batched) |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows)
     print(table)
     if not args.no_write:
         append_to_readme("multi_camera_gpu.py", argv, table, device)
