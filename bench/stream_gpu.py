@@ -213,12 +213,17 @@ def main(argv=None) -> int:
     table = "\n".join(lines)
     print(table)
     if not args.no_write:
-        dev = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
-        with open(Path(__file__).with_name("README.md"), "a") as fh:
-            fh.write(f"\n### stream_gpu.py, {datetime.date.today()}, {dev}, torch {torch.__version__}\n\n"
-                     f"`python bench/stream_gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"
-                     f"{table}\n")
+        append_to_readme("stream_gpu.py", argv, table, device)
     return 0
+
+
+def append_to_readme(script: str, argv, table: str, device: str) -> None:
+    """Append a run's table to bench/README.md with the date, the machine and the command."""
+    dev = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor()
+    with open(Path(__file__).with_name("README.md"), "a") as fh:
+        fh.write(f"\n### {script}, {datetime.date.today()}, {dev}, torch {torch.__version__}\n\n"
+                 f"`python bench/{script} {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"
+                 f"{table}\n")
 
 
 if __name__ == "__main__":

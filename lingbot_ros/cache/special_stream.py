@@ -1,7 +1,10 @@
 """`SpecialStream`: the append-only stream of evicted frames' special tokens, packed into pages.
 
-Token t lives in page `first_page + t // P` at slot `t % P`; only the last used page is partial.
-Bookkeeping only: the cache grows the pools when `pages_to_grow()` says so.
+Token t lives in page `pages[t // P]` at slot `t % P`; only the last used page is partial. The
+pages come in chunks of `chunk_pages` consecutive ids; a cache of one stream adds them at the end
+of its pools (so they are consecutive), a pool shared by several streams hands each stream the
+chunks it grows into wherever they lie. Bookkeeping only: the cache grows the pools when
+`pages_to_grow()` says so and hands the new ids over with `add_pages()`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ class SpecialStream:
     def __init__(self, tokens_per_page: int, first_page: int, chunk_pages: int,
                  max_tokens: int | None) -> None:
         self.tokens_per_page = tokens_per_page
-        self.first_page = first_page
         self.chunk_pages = chunk_pages
         self.max_tokens = max_tokens
-        self.num_pages = chunk_pages   # allocated in every layer's pool
+        self.pages = list(range(first_page, first_page + chunk_pages))   # allocated in every layer's pool
         self.num_tokens = 0
+
+    @property
+    def num_pages(self) -> int:
+        return len(self.pages)
 
     @property
     def used_pages(self) -> int:
@@ -32,7 +38,7 @@ class SpecialStream:
         return rest if rest else self.tokens_per_page
 
     def visible_pages(self) -> list[int]:
-        return list(range(self.first_page, self.first_page + self.used_pages))
+        return self.pages[:self.used_pages]
 
     def check_room(self, count: int) -> None:
         """Raise `SpecialStreamFull` if `count` more tokens would pass the cap."""
@@ -49,13 +55,17 @@ class SpecialStream:
             return 0
         return -(-needed // self.chunk_pages) * self.chunk_pages
 
+    def add_pages(self, pages: list[int]) -> None:
+        """Pages the cache grew for this stream (after `pages_to_grow`), in order."""
+        self.pages.extend(pages)
+
     def append(self, count: int) -> list[tuple[int, int]]:
         """Claim `count` tokens; returns their (page, slot) in order. Room must exist."""
         start = self.num_tokens
         self.num_tokens += count
         assert self.used_pages <= self.num_pages, "special stream appended past its pages"
         per_page = self.tokens_per_page
-        return [(self.first_page + t // per_page, t % per_page) for t in range(start, start + count)]
+        return [(self.pages[t // per_page], t % per_page) for t in range(start, start + count)]
 
     def truncate(self, count: int) -> None:
         """Drop the newest `count` tokens (rollback of a step whose evictions were pending)."""

@@ -11,23 +11,30 @@ import torch
 @dataclass(frozen=True)
 class StepTable:
     """What the attends of one step need. Pool rows are tokens of a pool viewed as
-    `[num_pages * 2 * P, H, D]`: row `page * 2P + kv * P + slot` (kv 0 = K, 1 = V)."""
+    `[num_pages * 2 * P, H, D]`: row `page * 2P + kv * P + slot` (kv 0 = K, 1 = V).
 
-    num_frames: int            # F: frames written this step
+    A step is R requests (one per stream; a single-stream cache has R = 1): request r's queries
+    are rows `qo_indptr[r]:qo_indptr[r+1]` and see only pages `kv_indptr[r]:kv_indptr[r+1]`."""
+
+    num_frames: int            # F: frames written this step (all requests)
     num_queries: int           # T = F * P
-    num_kv_tokens: int         # Tk: visible tokens (all visible pages, the last one partial)
+    num_kv_tokens: int         # Tk: visible tokens (all requests' pages, each last one partial)
     write_pages: torch.Tensor  # [F] int64 device: page of each new frame (scratch if not stored)
     copy_src: torch.Tensor     # [2n] int64 device: pool rows of evicted specials (K rows, V rows)
     copy_dst: torch.Tensor     # [2n] int64 device: their rows in the special stream
-    pages: torch.Tensor        # [m] int64 device: visible pages in attention order
+    pages: torch.Tensor        # [m] int64 device: visible pages in attention order, request by request
     pages_i32: torch.Tensor    # [m] int32 device: the same (FlashInfer's index dtype)
     host_pages: torch.Tensor   # [m] int32 host: the same (for checks and diagnostics)
-    host_qo_indptr: torch.Tensor      # [2] int32 host: [0, T]
-    host_kv_indptr: torch.Tensor      # [2] int32 host: [0, m]
-    host_last_page_len: torch.Tensor  # [1] int32 host: tokens in the last visible page
+    host_qo_indptr: torch.Tensor      # [R+1] int32 host: [0, .., T]
+    host_kv_indptr: torch.Tensor      # [R+1] int32 host: [0, .., m]
+    host_last_page_len: torch.Tensor  # [R] int32 host: tokens in each request's last visible page
     # Single-frame step with its index tensors at the fixed offsets every such step uses (the
     # special-token copies padded to a fixed count): its device work can replay a CUDA graph.
     static: bool = False
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.host_last_page_len)
 
 
 class IndexUploader:

@@ -106,3 +106,20 @@ class CameraKVCache:
         self._rows = torch.arange(capacity, device=self.k.device)
         self._hidden = torch.zeros(capacity, dtype=torch.bool, device=self.k.device)
         self.generation += 1
+
+
+class CameraCacheBatch:
+    """Several streams' camera caches serving one call whose tokens are one frame per stream.
+
+    The camera head treats the call's tokens as one sequence; everything but attention is per
+    token, so only `attend` has to know the streams: token i attends over stream i's cache alone,
+    exactly as that stream's own single-frame call would. The caller has called each cache's
+    `begin_step(1, store)`."""
+
+    def __init__(self, caches: list[CameraKVCache]):
+        self.caches = caches
+
+    def attend(self, slot: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q, k, v [1, N, H, D] (token i = stream i's frame) -> [1, N, H, D]."""
+        return torch.cat([cache.attend(slot, q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1])
+                          for i, cache in enumerate(self.caches)], dim=1)

@@ -8,13 +8,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import torch
 
-from ..cache import CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention
+from ..cache import (CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention,
+                     StreamCacheView)
 from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
 from ..model.layers import EAGER_KERNELS, BlockKernels, block_kernels, fused_halves
+from ..model.camera_cache import CameraCacheBatch, CameraKVCache
 from ..model.lingbot_map import LingBotMap
 from .frame_graph import FrameGraph
 from .results import FrameResult
@@ -27,14 +29,28 @@ log = logging.getLogger(__name__)
 # iterations: 67 MB) the first doubling comes at frame 256 instead of 64 (then 512, 1024, ...).
 GRAPH_CAMERA_CAPACITY = 256
 
+# The global cache of one stream: a cache of its own, or one stream of a shared pool.
+GlobalCache = Union[PagedKVCache, StreamCacheView]
+# Makes a session's global cache once the image size (so the spec) is known.
+CacheFactory = Callable[[CacheSpec], GlobalCache]
+# The step outputs of `_forward`: (activated poses [I, F, 9], depth [F, H, W, 1], confidence
+# [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3]).
+StepOutputs = tuple[torch.Tensor, ...]
+
 
 class FrameError(ValueError):
     """A frame the session cannot take (wrong layout, size not a multiple of the patch, size change)."""
 
 
 class StreamingSession:
-    def __init__(self, model: LingBotMap, settings: Optional[StreamSettings] = None):
+    def __init__(self, model: LingBotMap, settings: Optional[StreamSettings] = None,
+                 cache_factory: Optional[CacheFactory] = None):
+        """cache_factory: where the global cache comes from (default: a `PagedKVCache` of its
+        own); `MultiStreamSession` hands each of its streams one stream of a shared pool."""
         self.model = model
+        # Not a bound method of this session when none is given: a reference cycle would keep a
+        # dropped session's GPU memory until the next cycle collection (as in frame_graph.py).
+        self._cache_factory = cache_factory
         self.settings = settings or StreamSettings()
         self.config = model.config
         self.device = model.device
@@ -52,7 +68,7 @@ class StreamingSession:
         self._camera = model.camera_head.new_cache(
             self.settings.camera_num_iterations, self.device,
             capacity=GRAPH_CAMERA_CAPACITY if use_graphs else 64, static=use_graphs)
-        self._cache: Optional[PagedKVCache] = None
+        self._cache: Optional[GlobalCache] = None
         self._graph: Optional[FrameGraph] = None   # phase-2 frame step, built with the cache
         self._image_hw: Optional[tuple[int, int]] = None
         self.reset()
@@ -71,10 +87,14 @@ class StreamingSession:
             if len(self._buffer) < self.settings.num_scale_frames:
                 return []
             return self.close_scale_phase()
+        return self._run(image[None], store=self._keyframe(keyframe), first_frame=False, scale_slot=1)
+
+    def _keyframe(self, keyframe: Optional[bool]) -> bool:
+        """Whether the next phase-2 frame is stored: the override, else the interval rule."""
         if keyframe is None:
             K = self.settings.keyframe_interval
             keyframe = K <= 1 or (self._frames_seen - self._phase1_frames) % K == 0
-        return self._run(image[None], store=bool(keyframe), first_frame=False, scale_slot=1)
+        return bool(keyframe)
 
     def close_scale_phase(self) -> list[FrameResult]:
         """Run the buffered frames as the phase-1 batch now (a stream shorter than num_scale_frames)."""
@@ -169,7 +189,7 @@ class StreamingSession:
             self._cache = None                   # tokens per frame changed: new pages at the next run
         return image.to(self.device, torch.float32)
 
-    def _global_cache(self) -> PagedKVCache:
+    def _global_cache(self) -> GlobalCache:
         if self._cache is None:
             H, W = self._image_hw
             cfg, s, p = self.config, self.settings, self.config.patch_size
@@ -187,13 +207,14 @@ class StreamingSession:
                 # 518x378). At least one step's worth (A + 1 frames without anchors).
                 spec = dataclasses.replace(spec, deferred_capacity=max(
                     CacheSpec.deferred_capacity, spec.frames_per_eviction))
-            self._cache = PagedKVCache(spec, backend=s.attention_backend)
+            self._cache = (self._cache_factory(spec) if self._cache_factory is not None
+                           else PagedKVCache(spec, backend=s.attention_backend))
             self._cache.defer_evictions = s.defer_evictions
             self._graph = (FrameGraph(self._embed, self._forward, (1, 3, H, W), self.device)
                            if self._camera.static and self._cache.supports_graphs else None)
         return self._cache
 
-    def _begin_global_step(self, cache: PagedKVCache, num_frames: int, store: bool) -> None:
+    def _begin_global_step(self, cache: GlobalCache, num_frames: int, store: bool) -> None:
         try:
             cache.begin_step(num_frames=num_frames, store=store)
         except CacheExhausted:
@@ -206,14 +227,7 @@ class StreamingSession:
             cache.begin_step(num_frames=num_frames, store=store)
 
     def _attend_global(self, layer: int, q, k, v):
-        F, P, H, D = q.shape
-        # The blocks hand q, k, v over in the compute dtype already (Attention.heads), and merge
-        # split attention themselves (Block.attention_output).
-        out = self._cache.attend(layer, q.reshape(F * P, H, D), k.reshape(F * P, H, D),
-                                 v.reshape(F * P, H, D), merge=False)           # [F*P, H, D]
-        if isinstance(out, PartialAttention):
-            return out.view_queries(F, P)
-        return out.view(F, P, H, D)
+        return attend_paged(self._cache, layer, q, k, v)
 
     def _autocast(self):
         if self.compute_dtype == torch.float32:
@@ -221,14 +235,16 @@ class StreamingSession:
         # No cast cache: casts made while a CUDA graph is captured must live in the graph's pool.
         return torch.autocast(self.device.type, dtype=self.compute_dtype, cache_enabled=False)
 
-    def _kernels(self, num_frames: int):
-        """The block kernels of a call: the session's choice for single-frame steps; phase 1's
-        multi-frame batch runs eagerly (once per stream: not worth compiling another shape)."""
-        return block_kernels(self._frame_kernels if num_frames == 1 else EAGER_KERNELS)
+    def _kernels(self, num_frames: int, frame_steps: bool = False):
+        """The block kernels of a call: the session's choice for single-frame steps (and for
+        `frame_steps`, a batch of several streams' single-frame steps: compiled once per stream
+        count); phase 1's multi-frame batch runs eagerly (once per stream: not worth compiling
+        another shape)."""
+        return block_kernels(self._frame_kernels if num_frames == 1 or frame_steps else EAGER_KERNELS)
 
     @torch.no_grad()
     def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
-        F, _, H, W = images.shape
+        F = images.shape[0]
         t0 = self._stored
         cache = self._global_cache()
         # The patch embedding reads no cache: launched first, it keeps the device busy while the
@@ -236,20 +252,31 @@ class StreamingSession:
         graph = self._graph if not first_frame else None
         patches = graph.embed(images) if graph is not None else self._embed(images)
         self._begin_global_step(cache, F, store)
+        self._begin_camera_step(F, store)
+        if graph is not None and cache.step_table.static:
+            # One graph serves keyframes and non-keyframes alike: they differ only in index data.
+            key = (cache.buffers_version, self._camera.generation)
+            outputs = graph.run(t0, key)
+        else:
+            # A non-keyframe shares its time index with the next keyframe (spec 8.2).
+            time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
+            outputs = self._forward(patches, time_index, first_frame=first_frame, scale_slot=scale_slot)
+        return self._results(images, store, outputs)
+
+    def _begin_camera_step(self, num_frames: int, store: bool) -> None:
+        """The camera cache's begin_step, after the global cache's; warns once past the RoPE range."""
+        t0, F = self._stored, num_frames
         self._camera.begin_step(F, store)
         if t0 + F > self.config.max_frame_num and not self._warned_rope_range:
             self._warned_rope_range = True
             log.warning("3D-RoPE time index %d passes the trained range max_frame_num=%d; computing the "
                         "rotations anyway (upstream would stop here)", t0 + F - 1, self.config.max_frame_num)
-        if graph is not None and cache.step_table.static:
-            # One graph serves keyframes and non-keyframes alike: they differ only in index data.
-            key = (cache.buffers_version, self._camera.generation)
-            poses, depth, depth_conf, extrinsic, intrinsic, points = graph.run(t0, key)
-        else:
-            # A non-keyframe shares its time index with the next keyframe (spec 8.2).
-            time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
-            poses, depth, depth_conf, extrinsic, intrinsic, points = self._forward(
-                patches, time_index, first_frame=first_frame, scale_slot=scale_slot)
+
+    def _results(self, images: torch.Tensor, store: bool, outputs: StepOutputs) -> list[FrameResult]:
+        """The call's frames' results from its outputs; the frame counters move on."""
+        F, _, H, W = images.shape
+        t0 = self._stored
+        poses, depth, depth_conf, extrinsic, intrinsic, points = outputs
         pose_enc = poses[-1]                                                     # [F, 9]
         results = [FrameResult(index=self._frames_seen + i, is_keyframe=store,
                                time_index=t0 + (i if store else 0), pose_enc=pose_enc[i],
@@ -262,28 +289,49 @@ class StreamingSession:
             self._stored += F
         return results
 
-    def _embed(self, images: torch.Tensor) -> torch.Tensor:
+    def _embed(self, images: torch.Tensor, frame_steps: bool = False) -> torch.Tensor:
         """The device work of one call that reads no cache: images [F, 3, H, W] -> patch tokens
         [F, N, C]. No host sync, no host state change (a CUDA graph captures it)."""
-        with self._autocast(), self._kernels(images.shape[0]):
+        with self._autocast(), self._kernels(images.shape[0], frame_steps):
             return self.model.aggregator.embed(images)
 
     def _forward(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
-                 scale_slot: int = 1) -> tuple[torch.Tensor, ...]:
+                 scale_slot: int = 1) -> StepOutputs:
         """The rest of the call's device work, after `_embed` and both caches' begin_step: no
         host sync, no host state change (a CUDA graph captures it). patches [F, N, C],
-        time_index float64 [F] -> (activated poses [I, F, 9], depth [F, H, W, 1], confidence
-        [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3])."""
+        time_index float64 [F] -> `StepOutputs`."""
+        return self._forward_with(patches, time_index, first_frame, scale_slot, self._attend_global,
+                                  self._camera)
+
+    def _forward_with(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool,
+                      scale_slot: int, global_attend, camera: Union[CameraKVCache, CameraCacheBatch],
+                      frame_steps: bool = False) -> StepOutputs:
+        """`_forward` through the given global attention and camera cache: a batched step of
+        several streams' single frames (`MultiStreamSession`, `frame_steps`) passes the shared
+        pool's and its streams'."""
         H, W = self._image_hw
         m = self.model
-        with self._autocast(), self._kernels(patches.shape[0]):
+        with self._autocast(), self._kernels(patches.shape[0], frame_steps):
             outputs = m.aggregator.forward_patches(
                 patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
-                global_attend=self._attend_global)
+                global_attend=global_attend)
         outputs = [o.float() for o in outputs]                                   # heads run in fp32
-        poses = m.camera_head(outputs[-1][:, 0], self._camera, self.settings.camera_num_iterations)
+        poses = m.camera_head(outputs[-1][:, 0], camera, self.settings.camera_num_iterations)
         depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
         extrinsic = pose_to_extrinsic(poses[-1])
         intrinsic = pose_to_intrinsic(poses[-1], W, H)
         points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
         return poses, depth, depth_conf, extrinsic, intrinsic, points
+
+
+def attend_paged(cache, layer: int, q, k, v):
+    """The aggregator's global attention through a paged cache: q, k, v [F, P, H, D] (the
+    step's frames, in the cache's request order) -> [F, P, H, D] or its unmerged parts."""
+    F, P, H, D = q.shape
+    # The blocks hand q, k, v over in the compute dtype already (Attention.heads), and merge
+    # split attention themselves (Block.attention_output).
+    out = cache.attend(layer, q.reshape(F * P, H, D), k.reshape(F * P, H, D),
+                       v.reshape(F * P, H, D), merge=False)           # [F*P, H, D]
+    if isinstance(out, PartialAttention):
+        return out.view_queries(F, P)
+    return out.view(F, P, H, D)
