@@ -16,7 +16,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    view(point_budget, pose_budget) -> MapView    samples for a live view (map_view.py), no change
+    view(point_budget, pose_budget) -> Future[MapView]   samples for a live view (map_view.py), no change
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Vocabulary (code, notices, status and diagnostics use it alike):
@@ -48,6 +48,7 @@ import dataclasses
 import math
 import time
 import typing
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -391,15 +392,17 @@ class Mapper:
                                      "is not published or saved")
         return xyz, rgb
 
-    def view(self, point_budget: int, pose_budget: int) -> MapView:
+    def view(self, point_budget: int, pose_budget: int) -> Future:
         """What a live view draws (map_view.py): even samples of the map (provisional keyframes
-        included, as in ``map_points``) and of the camera path. Read without changing anything:
-        the held keyframe stays undoable."""
+        included, as in ``map_points``) and of the camera path. The future's MapView: the path
+        is read here, the map sampled on the map builder's thread (the frame loop never waits
+        for the map). Reads without changing anything: the held keyframe stays undoable."""
         conversion = self._stream.frames.conversion
-        xyz, rgb, total = self._store.view_points(conversion, self._provisional_points(), point_budget)
         positions, poses = self._store.view_path(conversion, pose_budget)
-        return MapView(xyz, rgb, total, positions, poses, units="m" if conversion.metric.known else "model units",
-                       voxel_size=self.settings.map_voxel_size_m)
+        units, voxel_size = "m" if conversion.metric.known else "model units", self.settings.map_voxel_size_m
+        return self._store.view_points(conversion, self._provisional_points(), point_budget,
+                                       lambda xyz, rgb, total: MapView(xyz, rgb, total, positions, poses,
+                                                                       units=units, voxel_size=voxel_size))
 
     def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """A windowed run's provisional keyframes' points (in I) with their current values: a
