@@ -63,7 +63,7 @@ def _image_size(value) -> str | None:
 
 def _existing_file_or_empty(value) -> str | None:
     if value and not os.path.isfile(value):
-        return "names a file that does not exist (set an existing .pt, or '' for the tiny random model)"
+        return "names a file that does not exist (set an existing .pt, or '' for random weights: not a map)"
     return None
 
 
@@ -120,8 +120,9 @@ def _patch_multiple(value) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class MapperSettings:
     # -- the model and its session --------------------------------------------------------------
-    checkpoint: str = setting("", "model checkpoint (.pt); empty = tiny random-weight model, NOT a real map",
-                              check=_existing_file_or_empty)
+    checkpoint: str = setting("", "model checkpoint (.pt); empty = random weights in the architecture model_config "
+                                  "names (tiny if that is empty too; the start-up warning names it): NOT a real "
+                                  "map", check=_existing_file_or_empty)
     model_config: str = setting("", "preset name (tiny, lingbot-map) or JSON file; empty = lingbot-map with "
                                     "a checkpoint, tiny without", check=_model_config)
     device: str = setting("auto", "auto, cpu, cuda or cuda:N", check=_device)
