@@ -14,7 +14,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
                                       (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
     new_window() -> str               the windowed policy's next window starts at the next frame
-    warm_up() -> float                dummy frames before the first real one (seconds)
+    warm_up(size) -> float            dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
     view(point_budget, pose_budget) -> Future[MapView]   samples for a live view (map_view.py), no change
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
@@ -74,6 +74,7 @@ from .staged_files import StagedFiles
 from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
+from .warmup_size import WarmupSize, warmup_size
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -211,15 +212,16 @@ class Mapper:
     def snapshot(self) -> MapperSnapshot:
         return self._snapshot
 
-    def warm_up(self) -> float:
-        """Run dummy frames of ``warmup_image_size`` through both phases (kernel builds, the
-        CUDA graph capture, which survives the reset), then leave the session empty. Only before
-        the first real frame: a live stream is never disturbed."""
+    def warm_up(self, size: WarmupSize | None = None) -> float:
+        """Run dummy frames of ``size`` (default: warmup_size.py's rule with nothing found)
+        through both phases (kernel builds, the CUDA graph capture, which survives the reset),
+        then leave the session empty. Only before the first real frame: a live stream is never
+        disturbed."""
         if self._last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
-        width, height = self.settings.warmup_size()
-        image = self.preprocessor(np.full((height, width, 3), 128, np.uint8))
+        size = size or warmup_size(self.settings)
+        image = self.preprocessor(np.full((size.height, size.width, 3), 128, np.uint8))
         with torch.inference_mode():
             # With num_scale_frames > 1 step() only buffers; closing phase 1 runs it.
             self.session.step(image)
