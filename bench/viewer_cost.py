@@ -60,10 +60,11 @@ def _workload(data: np.ndarray) -> None:
     np.sort(data, axis=None)
 
 
-def _ticks(args, outcomes, hook) -> tuple[list, list]:
+def _ticks(args, outcomes, hook) -> tuple[list, list, list]:
+    """(hook ms, workload ms, whether the hook asked for a map sample) per tick."""
     period = 1.0 / args.rate_hz
     data = np.random.default_rng(0).random((400, 512))
-    hook_ms, work_ms = [], []
+    hook_ms, work_ms, refreshed = [], [], []
     start = time.perf_counter()
     for tick in range(round(args.seconds * args.rate_hz)):
         due = start + tick * period
@@ -71,14 +72,13 @@ def _ticks(args, outcomes, hook) -> tuple[list, list]:
         if pause > 0:
             time.sleep(pause)
         t0 = time.perf_counter()
-        if hook is not None:
-            hook(outcomes[tick % len(outcomes)])
+        refreshed.append(hook is not None and hook(outcomes[tick % len(outcomes)]))
         t1 = time.perf_counter()
         _workload(data)
         t2 = time.perf_counter()
         hook_ms.append((t1 - t0) * 1e3)
         work_ms.append((t2 - t1) * 1e3)
-    return hook_ms, work_ms
+    return hook_ms, work_ms, refreshed
 
 
 def _stats(values: list) -> dict:
@@ -130,20 +130,30 @@ def main(argv=None) -> int:
     clients = threading.Thread(target=_clients, args=(port, args.clients, stop, received), daemon=True)
     clients.start()
     time.sleep(1.0)
+    views = []   # the ticks whose update asked the Mapper for a map sample (every MAP_REFRESH_S)
+    view = mapper.view
+    mapper.view = lambda *budgets: views.append(1) or view(*budgets)
+
+    def hook(outcome) -> bool:
+        before = len(views)
+        viewer.update(mapper, outcome)
+        return len(views) > before
+
     try:
-        hook_ms, work_with = _ticks(args, outcomes, lambda outcome: viewer.update(mapper, outcome))
+        hook_ms, work_with, refreshed = _ticks(args, outcomes, hook)
         viewer.settle(30.0)
     finally:
         stop.set()
         clients.join(5.0)
         viewer.close()
-    _, work_without = _ticks(args, outcomes, None)
+    _, work_without, _ = _ticks(args, outcomes, None)
     mapper.close()
     result = {
         "command": "python bench/viewer_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "map_points": map_points, "point_budget": args.point_budget, "rate_hz": args.rate_hz,
         "ticks": len(hook_ms), "clients": args.clients, "client_messages": len(received),
         "client_mb": sum(received) / 1e6, "hook_ms": _stats(hook_ms),
+        "hook_ms_map_sample_ticks": _stats([ms for ms, r in zip(hook_ms, refreshed) if r]),
         "workload_ms_with_view": _stats(work_with), "workload_ms_without_view": _stats(work_without),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
