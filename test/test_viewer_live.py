@@ -14,10 +14,14 @@ import websockets
 
 from lingbot_ros.io.sources import open_source
 from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.frames import MapConversion
+from lingbot_ros.mapping.map_store import MapStore
 from lingbot_ros.mapping.map_view import sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.mapping.trajectory import quaternion_to_rotation
 from lingbot_ros.mapping.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
@@ -76,6 +80,35 @@ def test_sampling_helpers_against_a_naive_reference():
         sampled = sample_path(path, budget)
         assert len(sampled) <= budget and (total == 0 or (sampled[-1] == path[-1]).all())
         assert len(sampled) == len(path) or len(sampled) >= budget // 2
+
+
+@pytest.mark.parametrize("earlier, live, max_poses, budget", [
+    (0, 0, 10, 5), (0, 7, 10, 3), (5, 0, 10, 3), (5, 7, 10, 3), (13, 7, 9, 4), (100, 37, 120, 7), (3, 3, 100, 100),
+    (50, 50, 60, 1), (0, 200, 200, 7), (17, 0, 5, 2), (1000, 999, 5000, 10)])
+def test_the_views_path_is_sample_path_of_the_trajectory(earlier, live, max_poses, budget):
+    """MapStore.view_path picks from the trajectory without listing it (the list cost the frame
+    loop 0.3 s at 100,000 poses): the same poses as sample_path over newest_poses."""
+    rng = np.random.default_rng(earlier + live)
+    conversion = MapConversion(MetricScale(True, 2.0, 0.0, 10, ""), rigid(rng), rng.normal(size=3), rng.normal(size=3))
+    store = MapStore(0.05, 10, max_poses, recorder=None)
+    for i in range(earlier):
+        store._finished_poses.append(i, rigid(rng), key=i)
+    for i in range(live):
+        store.add_pose(10_000 + i, 10_000 + i, rigid(rng))
+    entries = store.newest_poses(max_poses, conversion)
+    expected = [entry.pose @ np.linalg.inv(conversion.camera_base) if conv is None else conv.camera_pose(entry.pose)
+                for entry, conv in (entries[i] for i in sample_path(np.arange(len(entries)), budget))]
+    positions, total = store.view_path(conversion, budget)
+    assert total == len(entries) and len(positions) == len(expected)
+    np.testing.assert_allclose(positions, np.array([pose[:3, 3] for pose in expected]).reshape(-1, 3), atol=1e-9)
+    store.close()
+
+
+def rigid(rng) -> np.ndarray:
+    pose = np.eye(4)
+    pose[:3, :3] = quaternion_to_rotation(rng.normal(size=4))
+    pose[:3, 3] = rng.normal(size=3)
+    return pose
 
 
 def test_view_leaves_the_held_keyframe_undoable(make_mapper, courthouse):

@@ -27,6 +27,7 @@ without a copy; it is changed again only after the recorder has read it, or as a
 """
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import Future
 from typing import Callable, TypeVar
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from .frames import MapConversion, rigid_inverse
 from .map_builder import MapBuilder
-from .map_view import sample_path, share, stride
+from .map_view import share, stride
 from .trajectory import StampedPose, Trajectory
 from .voxel_map import VoxelMap
 
@@ -158,8 +159,15 @@ class MapStore:
     def view_path(self, conversion: MapConversion, budget: int) -> tuple[np.ndarray, int]:
         """At most ``budget`` camera positions in ``map`` [m, 3], oldest first, evenly sampled
         (the newest among them); and how many poses the trajectory holds."""
-        entries = self.newest_poses(self.max_poses, conversion)
-        picked = [entries[i] for i in sample_path(np.arange(len(entries)), budget)]
+        # sample_path's picks (every k-th counted back from the newest) of newest_poses(max_poses),
+        # taken without a list of them all: that cost the frame loop 0.3 s at 100,000 poses.
+        live, finished = self._poses, self._finished_poses
+        total = min(len(finished) + len(live), self.max_poses)
+        every, in_live = stride(total, budget), min(len(live), total)
+        newest_live = list(itertools.islice(reversed(live), 0, in_live, every))
+        newest_earlier = list(itertools.islice(reversed(finished), -in_live % every, max(total - in_live, 0), every))
+        picked = [(entry, None) for entry in reversed(newest_earlier)] + \
+            [(entry, conversion) for entry in reversed(newest_live)]
         if not picked:
             return np.zeros((0, 3)), 0
         poses = np.array([entry.pose for entry, _ in picked]).reshape(-1, 4, 4)
@@ -172,7 +180,7 @@ class MapStore:
         if live.any() and not conversion.is_identity:
             positions[live] = (conversion.scale * (positions[live] - conversion.origin_internal)
                                + conversion.origin_map)
-        return positions, len(entries)
+        return positions, total
 
     @property
     def live_map(self) -> VoxelMap:
