@@ -11,6 +11,7 @@ drawing thread costs the loop.
 
     python bench/viewer_cost.py                          # 60 frames at width 224, 20 s at 30 Hz
     python bench/viewer_cost.py --frames 200 --image-width 518 --point-budget 500000
+    python bench/viewer_cost.py --path-poses 100000 1000000   # only the path's read at those lengths
 """
 from __future__ import annotations
 
@@ -81,6 +82,30 @@ def _ticks(args, outcomes, hook) -> tuple[list, list, list]:
     return hook_ms, work_ms, refreshed
 
 
+def _path_read_ms(lengths: list[int]) -> dict:
+    """The frame loop's read of the view's path (MapStore.view_path, POSE_BUDGET of them) from a
+    trajectory of each length, the best of three."""
+    from lingbot_ros.mapping.frames import MapConversion
+    from lingbot_ros.mapping.map_store import MapStore
+    from lingbot_ros.mapping.metric_scale import MetricScale
+    from lingbot_ros.viewer.live_view import POSE_BUDGET
+
+    conversion = MapConversion(MetricScale(True, 2.0, 0.0, 10, ""), np.eye(4), np.ones(3), np.zeros(3))
+    result = {}
+    for length in lengths:
+        store = MapStore(0.05, 10, length, recorder=None)
+        for i in range(length):
+            store.add_pose(i, i, np.eye(4))
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            store.view_path(conversion, POSE_BUDGET)
+            times.append((time.perf_counter() - start) * 1e3)
+        result[length] = min(times)
+        store.close()
+    return result
+
+
 def _stats(values: list) -> dict:
     a = np.array(values)
     return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99)),
@@ -96,7 +121,12 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--point-budget", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=Path("out/viewer_cost.json"))
+    parser.add_argument("--path-poses", type=int, nargs="+", metavar="N",
+                        help="only time the path's read from trajectories of these lengths")
     args = parser.parse_args(argv)
+    if args.path_poses:
+        print(json.dumps({"path_read_ms": _path_read_ms(args.path_poses)}, indent=2))
+        return 0
 
     import torch
 
