@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lingbot_ros.io.sources import open_source
-from lingbot_ros.mapping.records import InputFrame
+from lingbot_ros.mapping.records import WARMUP, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.warmup_size import FoundSize, found_in_source, warmup_size
 
@@ -82,13 +82,20 @@ def test_a_warm_up_on_the_sources_size_builds_nothing_at_the_first_frame(tiny_ma
         mapper.warm_up(size)
         session = mapper.session
         warmed = session.stats()["kv_cache"].bytes_allocated
-        outputs = [o for f in frames for o in mapper.process(f).new]
+        outcomes = [mapper.process(f) for f in frames]
+        outputs = [o for outcome in outcomes for o in outcome.new]
         assert len(outputs) == 5
         after = session.stats()["kv_cache"].bytes_allocated
         assert (after != warmed) == rebuilt, (size, warmed, after)
         # The model input the warm-up prepared is the live frames' (the depth maps' size).
         same_input = tuple(outputs[0].result.depth.shape[-2:]) == size.model_input[::-1]
         assert same_input != rebuilt
+        # The first frame says so where it is not what the warm-up prepared (the node logs it).
+        notices = [n.text for outcome in outcomes for n in outcome.notices if n.kind == WARMUP]
+        assert notices == ([] if not rebuilt else [
+            "the first image (518x294, model input 112x70) is not the size the warm-up ran on, 640x480 images "
+            "(the default: nothing to read the images' size from; model input 112x84): its cache is built again "
+            "(on CUDA its graph captured again); set warmup_image_size to the camera's WxH"])
         mapper.close()
 
 

@@ -67,8 +67,8 @@ from .map_recorder import open_recorder
 from .map_resume import load_resumed
 from .points import to_numpy
 from .robot import RobotFrames, StreamFrames
-from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
-                      MapperOutput, MapperSnapshot, Notice, StepOutcome)
+from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, WARMUP,
+                      InputFrame, MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
 from .staged_files import StagedFiles
 from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, StampPolicy, seconds_text
@@ -131,6 +131,7 @@ class Mapper:
         self._state, self._state_text = WAITING, "waiting for images"
         self._last_error = ""
         self._last_frame: InputFrame | None = None
+        self._warmed: WarmupSize | None = None   # until the first frame: what warm_up prepared
         self._last_placed: int | None = None   # index of the newest frame that got its pose
         self._last_map_pose: np.ndarray | None = None   # T_M_camera where the last ended stream stopped
         self._model_ms = 0.0
@@ -220,7 +221,7 @@ class Mapper:
         if self._last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
-        size = size or warmup_size(self.settings)
+        size = self._warmed = size or warmup_size(self.settings)
         image = self.preprocessor(np.full((size.height, size.width, 3), 128, np.uint8))
         with torch.inference_mode():
             # With num_scale_frames > 1 step() only buffers; closing phase 1 runs it.
@@ -251,6 +252,12 @@ class Mapper:
         except ImageError as error:
             self._reject(outcome, f"image skipped: {error}")
             return
+        warmed, self._warmed = self._warmed, None
+        if warmed is not None and (image.shape[-1], image.shape[-2]) != warmed.model_input:
+            outcome.notices.append(Notice(WARMUP, (
+                f"the first image ({frame.rgb.shape[1]}x{frame.rgb.shape[0]}, model input {image.shape[-1]}x"
+                f"{image.shape[-2]}) is not the size the warm-up ran on, {warmed.describe()}: its cache is built "
+                "again (on CUDA its graph captured again); set warmup_image_size to the camera's WxH")))
         size = (frame.rgb.shape[1], frame.rgb.shape[0])
         known = self._stream.input_wh
         if known is not None and size != known:
