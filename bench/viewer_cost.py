@@ -11,6 +11,7 @@ drawing thread costs the loop.
 
     python bench/viewer_cost.py                          # 60 frames at width 224, 20 s at 30 Hz
     python bench/viewer_cost.py --frames 200 --image-width 518 --point-budget 500000
+    python bench/viewer_cost.py --path-poses 100000 1000000   # only the path's read at those lengths
 """
 from __future__ import annotations
 
@@ -60,10 +61,11 @@ def _workload(data: np.ndarray) -> None:
     np.sort(data, axis=None)
 
 
-def _ticks(args, outcomes, hook) -> tuple[list, list]:
+def _ticks(args, outcomes, hook) -> tuple[list, list, list]:
+    """(hook ms, workload ms, whether the hook asked for a map sample) per tick."""
     period = 1.0 / args.rate_hz
     data = np.random.default_rng(0).random((400, 512))
-    hook_ms, work_ms = [], []
+    hook_ms, work_ms, refreshed = [], [], []
     start = time.perf_counter()
     for tick in range(round(args.seconds * args.rate_hz)):
         due = start + tick * period
@@ -71,14 +73,37 @@ def _ticks(args, outcomes, hook) -> tuple[list, list]:
         if pause > 0:
             time.sleep(pause)
         t0 = time.perf_counter()
-        if hook is not None:
-            hook(outcomes[tick % len(outcomes)])
+        refreshed.append(hook is not None and hook(outcomes[tick % len(outcomes)]))
         t1 = time.perf_counter()
         _workload(data)
         t2 = time.perf_counter()
         hook_ms.append((t1 - t0) * 1e3)
         work_ms.append((t2 - t1) * 1e3)
-    return hook_ms, work_ms
+    return hook_ms, work_ms, refreshed
+
+
+def _path_read_ms(lengths: list[int]) -> dict:
+    """The frame loop's read of the view's path (MapStore.view_path, POSE_BUDGET of them) from a
+    trajectory of each length, the best of three."""
+    from lingbot_ros.mapping.frames import MapConversion
+    from lingbot_ros.mapping.map_store import MapStore
+    from lingbot_ros.mapping.metric_scale import MetricScale
+    from lingbot_ros.viewer.live_view import POSE_BUDGET
+
+    conversion = MapConversion(MetricScale(True, 2.0, 0.0, 10, ""), np.eye(4), np.ones(3), np.zeros(3))
+    result = {}
+    for length in lengths:
+        store = MapStore(0.05, 10, length, recorder=None)
+        for i in range(length):
+            store.add_pose(i, i, np.eye(4))
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            store.view_path(conversion, POSE_BUDGET)
+            times.append((time.perf_counter() - start) * 1e3)
+        result[length] = min(times)
+        store.close()
+    return result
 
 
 def _stats(values: list) -> dict:
@@ -96,7 +121,12 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--point-budget", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=Path("out/viewer_cost.json"))
+    parser.add_argument("--path-poses", type=int, nargs="+", metavar="N",
+                        help="only time the path's read from trajectories of these lengths")
     args = parser.parse_args(argv)
+    if args.path_poses:
+        print(json.dumps({"path_read_ms": _path_read_ms(args.path_poses)}, indent=2))
+        return 0
 
     import torch
 
@@ -130,20 +160,30 @@ def main(argv=None) -> int:
     clients = threading.Thread(target=_clients, args=(port, args.clients, stop, received), daemon=True)
     clients.start()
     time.sleep(1.0)
+    views = []   # the ticks whose update asked the Mapper for a map sample (every MAP_REFRESH_S)
+    view = mapper.view
+    mapper.view = lambda *budgets: views.append(1) or view(*budgets)
+
+    def hook(outcome) -> bool:
+        before = len(views)
+        viewer.update(mapper, outcome)
+        return len(views) > before
+
     try:
-        hook_ms, work_with = _ticks(args, outcomes, lambda outcome: viewer.update(mapper, outcome))
+        hook_ms, work_with, refreshed = _ticks(args, outcomes, hook)
         viewer.settle(30.0)
     finally:
         stop.set()
         clients.join(5.0)
         viewer.close()
-    _, work_without = _ticks(args, outcomes, None)
+    _, work_without, _ = _ticks(args, outcomes, None)
     mapper.close()
     result = {
         "command": "python bench/viewer_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "map_points": map_points, "point_budget": args.point_budget, "rate_hz": args.rate_hz,
         "ticks": len(hook_ms), "clients": args.clients, "client_messages": len(received),
         "client_mb": sum(received) / 1e6, "hook_ms": _stats(hook_ms),
+        "hook_ms_map_sample_ticks": _stats([ms for ms, r in zip(hook_ms, refreshed) if r]),
         "workload_ms_with_view": _stats(work_with), "workload_ms_without_view": _stats(work_without),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,8 @@ NOT_GIVEN = ""
 # name, default, description
 ARGUMENTS = [
     ("params_file", os.path.join(SHARE, "config", "map.yaml"), "YAML file with map_node parameters"),
-    ("checkpoint", NOT_GIVEN, "model checkpoint (.pt); not given: params_file's (empty there = tiny "
-                              "random-weight model, not a map)"),
+    ("checkpoint", NOT_GIVEN, "model checkpoint (.pt); not given: params_file's (empty there = random "
+                              "weights in model_config's architecture, tiny if that is empty too: not a map)"),
     ("model_config", NOT_GIVEN, "the checkpoint's architecture: a preset (lingbot-map, tiny) or a JSON "
                                 "file; not given: params_file's (empty there = lingbot-map with a "
                                 "checkpoint, tiny without)"),

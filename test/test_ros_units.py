@@ -151,8 +151,11 @@ def test_default_parameters_validate_and_match_map_yaml():
     ({"process_all_frames": "yes"}, "'process_all_frames' must be a bool"),
     ({"queue_size": True}, "'queue_size' must be a int"),
     ({"device": "tpu"}, "'device' must be auto, cpu, cuda"),
-    ({"warmup_image_size": "640*480"}, "'warmup_image_size' must be WIDTHxHEIGHT"),
-    ({"warmup_image_size": "0x480"}, "'warmup_image_size' must be WIDTHxHEIGHT"),
+    ({"warmup_image_size": "640*480"}, "'warmup_image_size' must be auto or WIDTHxHEIGHT"),
+    ({"warmup_image_size": "0x480"}, "'warmup_image_size' must be auto or WIDTHxHEIGHT"),
+    ({"warmup_camera_info_wait_s": 31.0}, "'warmup_camera_info_wait_s' must be <= 30"),
+    ({"warmup_camera_info_wait_s": -1.0}, "'warmup_camera_info_wait_s' must be >= 0"),
+    ({"warmup_image_size": "7x7"}, "'warmup_image_size' (7x7): image 7x7 is smaller than one patch (14 px)"),
     ({"typo_parameter": 1}, "unknown parameter"),
 ])
 def test_parameter_validation_names_the_parameter(values, text):

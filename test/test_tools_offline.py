@@ -247,3 +247,16 @@ def test_no_strict_jpeg_takes_frames_libjpeg_only_warns_about(tmp_path, capsys, 
     out = run_offline(tmp_path, fixture_dir, folder, "--max-frames", "8", "--no-strict-jpeg")
     assert "frames: 8 (8 keyframes)" in capsys.readouterr().out
     assert len(read_tum(out / "trajectory.tum")) == 8
+
+
+def test_offline_warms_up_on_its_inputs_first_image_that_decodes(tmp_path, capsys, shared_dir, fixture_dir):
+    """Issue 26, item 6: the warm-up on the input's own size (518x294, not the 640x480 default), so
+    the first frame builds nothing again; a damaged first image is passed over for it and
+    reported once, by the run."""
+    folder = tmp_path / "frames"
+    _damaged_copy(shared_dir / "data" / "courthouse_jpg", folder, {0: "cut"})
+    run_offline(tmp_path, fixture_dir, folder, "--max-frames", "5")
+    err = capsys.readouterr().err
+    assert (f"warming up on 518x294 images (from the first image of folder {folder} (8 images at 10 Hz); "
+            "model input 112x70)") in err
+    assert err.count("rejected: frame skipped: image") == 1 and "000000" in err

@@ -15,10 +15,11 @@ def test_it_runs_the_nodes_warm_up_and_reports_each_phase(capsys):
     assert prebuild.main(["--device", "cpu", "--model-config", "tiny", "--image-width", "112",
                           "--warmup-image-size", "160x120"]) == 0
     out = capsys.readouterr().out
-    assert "[prebuild] model and session:" in out and "[prebuild] warm-up at 160x120" in out
+    assert "[prebuild] model and session:" in out
+    assert "[prebuild] warm-up on 160x120 images (warmup_image_size; model input 112x84)" in out
     assert "[prebuild] done in" in out
 
 
 def test_bad_settings_are_named(capsys):
     assert prebuild.main(["--device", "cpu", "--warmup-image-size", "640*480"]) == 2
-    assert "--warmup-image-size must be WIDTHxHEIGHT" in capsys.readouterr().err
+    assert "--warmup-image-size must be auto or WIDTHxHEIGHT" in capsys.readouterr().err

@@ -14,10 +14,15 @@ import websockets
 
 from lingbot_ros.io.sources import open_source
 from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.frames import MapConversion
+from lingbot_ros.mapping.map_store import MapStore
 from lingbot_ros.mapping.map_view import sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
+from lingbot_ros.mapping.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.mapping.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -77,11 +82,40 @@ def test_sampling_helpers_against_a_naive_reference():
         assert len(sampled) == len(path) or len(sampled) >= budget // 2
 
 
+@pytest.mark.parametrize("earlier, live, max_poses, budget", [
+    (0, 0, 10, 5), (0, 7, 10, 3), (5, 0, 10, 3), (5, 7, 10, 3), (13, 7, 9, 4), (100, 37, 120, 7), (3, 3, 100, 100),
+    (50, 50, 60, 1), (0, 200, 200, 7), (17, 0, 5, 2), (1000, 999, 5000, 10)])
+def test_the_views_path_is_sample_path_of_the_trajectory(earlier, live, max_poses, budget):
+    """MapStore.view_path picks from the trajectory without listing it (the list cost the frame
+    loop 0.3 s at 100,000 poses): the same poses as sample_path over newest_poses."""
+    rng = np.random.default_rng(earlier + live)
+    conversion = MapConversion(MetricScale(True, 2.0, 0.0, 10, ""), rigid(rng), rng.normal(size=3), rng.normal(size=3))
+    store = MapStore(0.05, 10, max_poses, recorder=None)
+    for i in range(earlier):
+        store._finished_poses.append(i, rigid(rng), key=i)
+    for i in range(live):
+        store.add_pose(10_000 + i, 10_000 + i, rigid(rng))
+    entries = store.newest_poses(max_poses, conversion)
+    expected = [entry.pose @ np.linalg.inv(conversion.camera_base) if conv is None else conv.camera_pose(entry.pose)
+                for entry, conv in (entries[i] for i in sample_path(np.arange(len(entries)), budget))]
+    positions, total = store.view_path(conversion, budget)
+    assert total == len(entries) and len(positions) == len(expected)
+    np.testing.assert_allclose(positions, np.array([pose[:3, 3] for pose in expected]).reshape(-1, 3), atol=1e-9)
+    store.close()
+
+
+def rigid(rng) -> np.ndarray:
+    pose = np.eye(4)
+    pose[:3, :3] = quaternion_to_rotation(rng.normal(size=4))
+    pose[:3, 3] = rng.normal(size=3)
+    return pose
+
+
 def test_view_leaves_the_held_keyframe_undoable(make_mapper, courthouse):
     mapper = make_mapper()
     for item in courthouse:
         mapper.process(item)
-    view = mapper.view(point_budget=10**6, pose_budget=100)
+    view = mapper.view(point_budget=10**6, pose_budget=100).result(timeout=30)
     assert view.poses == FRAMES and len(view.xyz) == view.map_points > 0
     assert "its points left the map" in mapper.rollback_last_frame()   # map_points() would have merged them
 
@@ -92,7 +126,7 @@ def test_view_is_an_even_sample_of_the_map(make_mapper, courthouse):
         mapper.process(item)
     mapper.finish()
     xyz, rgb = mapper.map_points()
-    view = mapper.view(point_budget=500, pose_budget=4)
+    view = mapper.view(point_budget=500, pose_budget=4).result(timeout=30)
     assert view.map_points == len(xyz) > 500 and len(view.xyz) == len(xyz[::stride(len(xyz), 500)]) <= 500
     # Every shown point is a map point with its colour.
     found = dict(zip(map(tuple, xyz.round(5).tolist()), map(tuple, rgb.tolist())))
@@ -102,6 +136,30 @@ def test_view_is_an_even_sample_of_the_map(make_mapper, courthouse):
     entry, conversion = mapper.path_poses(1)[0]
     np.testing.assert_allclose(view.camera_positions[-1], conversion.camera_pose(entry.pose)[:3, 3], atol=1e-9)
     assert view.units == "model units" and view.voxel_size == 0.02
+
+
+def test_the_map_is_sampled_on_the_map_builders_thread_and_the_caller_never_waits(make_mapper, courthouse,
+                                                                                  monkeypatch):
+    """Issue 30: the once-a-second sample cost the frame loop 20-60 ms on a large map. The loop
+    only hands the read over: view() returns while the map builder is still inserting, and the
+    sample, read after those inserts, holds them."""
+    gate, readers = threading.Event(), []
+    insert, points = VoxelMap.insert, VoxelMap.points
+    monkeypatch.setattr(VoxelMap, "insert", lambda self, *a: (gate.wait(30), insert(self, *a))[1])
+    monkeypatch.setattr(VoxelMap, "points", lambda self, *a: (readers.append(threading.current_thread().name),
+                                                               points(self, *a))[1])
+    mapper = make_mapper()
+    for item in courthouse:
+        mapper.process(item)   # the inserts wait for the gate on the map builder's thread
+    future = mapper.view(point_budget=10**6, pose_budget=100)
+    assert not future.done() and readers == []
+    gate.set()
+    view = future.result(timeout=30)
+    assert readers and set(readers) == {"lingbot_map_builder"}
+    assert view.poses == FRAMES and len(view.xyz) == view.map_points > 0
+    held = mapper._store._held[1][0]   # the newest keyframe's points, held out of the map (undoable)
+    assert view.map_points == len(mapper._store.live_map) + len(held)
+    mapper.close()
 
 
 def test_the_node_parameters_are_checked_with_what_to_change():
@@ -148,7 +206,7 @@ def test_a_slow_drawing_never_holds_the_frame_loop_and_the_newest_wins(make_mapp
     finally:
         viewer.close()
     # The first update was being drawn; all the later ones were taken together, newest values only.
-    assert len(drawn) == 2 and drawn[1].view.poses == FRAMES
+    assert len(drawn) == 2 and drawn[1].view.result().poses == FRAMES
 
 
 async def _browse(port: int, reloads: int, done: list) -> None:

@@ -8,12 +8,14 @@ Every source is an iterable of :class:`Frame` ``(stamp_ns, rgb)`` with ``stamp_n
 nanoseconds and ``rgb`` a uint8 ``[H, W, 3]`` RGB array. Iterating opens the underlying file or
 device and the generator closes it when exhausted or closed (``contextlib.closing`` when breaking
 out early). ``num_frames`` is the frame count when known up front, else None (cameras, endless
-synthetic, some videos).
+synthetic, some videos). ``first_size()`` is the size of the first frame that decodes, read through
+an iteration of its own (the warm-up's size, mapping/warmup_size.py).
 
 :func:`open_source` picks the source from a spec string; see its docstring for the rules.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -71,13 +73,33 @@ class Frame(NamedTuple):
     rgb: np.ndarray     # [H, W, 3] uint8 RGB
 
 
+def _pass_over(error: FrameDecodeError) -> None:
+    """A frame that does not decode while only the size is read: the run itself reports it."""
+
+
+class _Source:
+    """What every source shares; each yields its frames from ``_frames(on_undecodable)``."""
+
+    on_undecodable = None   # sources whose frames can fail to decode take it as a parameter
+
+    def first_size(self) -> tuple[int, int] | None:
+        """(width, height) of the first frame that decodes, None if none does; the iteration that
+        reads it is closed at once (a camera is opened for it and closed again)."""
+        with contextlib.closing(self._frames(_pass_over)) as frames:
+            frame = next(frames, None)
+        return None if frame is None else (frame.rgb.shape[1], frame.rgb.shape[0])
+
+    def __iter__(self) -> Iterator[Frame]:
+        return self._frames(self.on_undecodable)
+
+
 def rate_stamp_ns(i: int, rate_hz: float) -> int:
     """Frame ``i``'s stamp at ``rate_hz`` from 0, in whole nanoseconds (``i`` times a float period
     would add up its rounding)."""
     return round(i * 1_000_000_000 / rate_hz)
 
 
-class FolderSource:
+class FolderSource(_Source):
     """Image files of a folder in sorted name order, stamped ``i / rate_hz``."""
 
     def __init__(self, folder: str | Path, rate_hz: float = DEFAULT_RATE_HZ, strict_jpeg: bool = True,
@@ -95,17 +117,17 @@ class FolderSource:
         self.num_frames: int | None = len(self.files)
         self.description = f"folder {folder} ({len(self.files)} images at {rate_hz:g} Hz)"
 
-    def __iter__(self) -> Iterator[Frame]:
+    def _frames(self, on_undecodable) -> Iterator[Frame]:
         for i, path in enumerate(self.files):
             try:
                 rgb = decode_compressed(path.read_bytes(), strict_jpeg=self.strict_jpeg)
             except ImageDecodeError as err:
-                _undecodable(self.on_undecodable, FrameDecodeError(f"image {path}: {err}"), err)
+                _undecodable(on_undecodable, FrameDecodeError(f"image {path}: {err}"), err)
                 continue
             yield Frame(rate_stamp_ns(i, self.rate_hz), rgb)
 
 
-class VideoSource:
+class VideoSource(_Source):
     """Frames of a video file (OpenCV), stamped ``i / fps`` (``rate_hz`` overrides the fps)."""
 
     def __init__(self, path: str | Path, rate_hz: float | None = None):
@@ -131,7 +153,7 @@ class VideoSource:
                 "folder of images")
         return capture
 
-    def __iter__(self) -> Iterator[Frame]:
+    def _frames(self, on_undecodable) -> Iterator[Frame]:
         capture = self._open()
         try:
             i = 0
@@ -145,7 +167,7 @@ class VideoSource:
             capture.release()
 
 
-class CameraSource:
+class CameraSource(_Source):
     """Live frames of an OpenCV camera device, stamped with the wall clock at capture."""
 
     def __init__(self, index: int):
@@ -153,7 +175,7 @@ class CameraSource:
         self.num_frames: int | None = None
         self.description = f"camera device {index}"
 
-    def __iter__(self) -> Iterator[Frame]:
+    def _frames(self, on_undecodable) -> Iterator[Frame]:
         capture = cv2.VideoCapture(self.index)
         if not capture.isOpened():
             raise SourceNotFoundError(f"camera device {self.index} cannot be opened (is it "
@@ -169,7 +191,7 @@ class CameraSource:
             capture.release()
 
 
-class SyntheticSource:
+class SyntheticSource(_Source):
     """A deterministic, smoothly moving colour pattern; never all zeros (values 16..239).
 
     Three sinusoidal gratings drift at different speeds and directions plus a slowly moving
@@ -201,14 +223,17 @@ class SyntheticSource:
         rgb = np.stack([0.8 * c + 0.2 * disc for c in channels], axis=-1)   # in [-0.8, 1.0]
         return (128 + 111 * np.clip(rgb, -1, 1)).astype(np.uint8)
 
-    def __iter__(self) -> Iterator[Frame]:
+    def first_size(self) -> tuple[int, int] | None:
+        return (self.width, self.height) if self.num_frames != 0 else None
+
+    def _frames(self, on_undecodable) -> Iterator[Frame]:
         i = 0
         while self.num_frames is None or i < self.num_frames:
             yield Frame(rate_stamp_ns(i, self.rate_hz), self.frame(i))
             i += 1
 
 
-class BagSource:
+class BagSource(_Source):
     """Image messages of one topic of a rosbag2 (mcap or sqlite3), stamped by ``header.stamp``.
 
     Decodes ``sensor_msgs/msg/Image`` (every encoding of
@@ -254,7 +279,7 @@ class BagSource:
         except self._reader_error as err:
             raise UnknownSourceFormatError(f"cannot read {self.path} as a rosbag2: {err}") from err
 
-    def __iter__(self) -> Iterator[Frame]:
+    def _frames(self, on_undecodable) -> Iterator[Frame]:
         with self._reader() as reader:
             connections = [c for c in reader.connections
                            if c.topic == self.topic and c.msgtype in (IMAGE_MSGTYPE,
@@ -266,7 +291,7 @@ class BagSource:
                     rgb = (compressed_to_rgb(msg, strict_jpeg=self.strict_jpeg) if compressed
                            else image_to_rgb(msg))
                 except ImageDecodeError as err:
-                    _undecodable(self.on_undecodable, FrameDecodeError(
+                    _undecodable(on_undecodable, FrameDecodeError(
                         f"bag {self.path} topic {self.topic} message {index}: {err}"), err)
                     continue
                 yield Frame(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec, rgb)

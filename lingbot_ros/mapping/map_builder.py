@@ -11,15 +11,27 @@ wait for the device: the thread's numpy work then holds the GIL while the frame 
 to do. Handed over at once, it ran while the loop placed the frame, and every blocking call of
 the loop (a device sync, a copy) could wait up to a thread switch interval (5 ms) for the GIL
 afterwards: ~4 ms per frame on the H200 (bench/README.md, Mapper overhead).
+
+A read that need not be synchronous (the live view's sample) runs on the thread too (``after``):
+the caller hands it over and goes on; the map it reads is the one the inserts before it made.
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
+from concurrent.futures import Future
+from typing import Callable
 
 import numpy as np
 
 from .voxel_map import VoxelMap
+
+
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    job: Callable[[VoxelMap], object]
+    future: Future
 
 
 class MapBuilder:
@@ -41,6 +53,18 @@ class MapBuilder:
         for item in self._staged:
             self._queue.put(item)
         self._staged.clear()
+
+    def after(self, job: Callable[[VoxelMap], object]) -> Future:
+        """``job(map)`` on the thread once every insert so far is in; never waits. The map does
+        not change while it runs: everything that changes it waits for the queue (``map``,
+        ``swap``). Its result or error is the future's."""
+        future: Future = Future()
+        if not self._thread.is_alive():   # closed: the map is final, read it here
+            _run_read(_Read(job, future), self._map)
+            return future
+        self.release()
+        self._queue.put(_Read(job, future))
+        return future
 
     @property
     def map(self) -> VoxelMap:
@@ -79,10 +103,19 @@ class MapBuilder:
             if item is None:
                 self._queue.task_done()
                 return
-            xyz, rgb = item
             try:
-                self._map.insert(xyz, rgb)
+                if isinstance(item, _Read):
+                    _run_read(item, self._map)
+                else:
+                    self._map.insert(*item)
             except BaseException as error:   # handed to the next caller (VoxelRangeError, ...)
                 self._error = error
             finally:
                 self._queue.task_done()
+
+
+def _run_read(read: _Read, voxel_map: VoxelMap) -> None:
+    try:
+        read.future.set_result(read.job(voxel_map))
+    except BaseException as error:   # the reader's, not the map's
+        read.future.set_exception(error)

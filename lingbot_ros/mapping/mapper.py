@@ -14,9 +14,9 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
                                       (NothingToRollback) changes nothing
     flush() -> str                    make deferred evictions final
     new_window() -> str               the windowed policy's next window starts at the next frame
-    warm_up() -> float                dummy frames before the first real one (seconds)
+    warm_up(size) -> float            dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    view(point_budget, pose_budget) -> MapView    samples for a live view (map_view.py), no change
+    view(point_budget, pose_budget) -> Future[MapView]   samples for a live view (map_view.py), no change
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Vocabulary (code, notices, status and diagnostics use it alike):
@@ -48,6 +48,7 @@ import dataclasses
 import math
 import time
 import typing
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -66,13 +67,14 @@ from .map_recorder import open_recorder
 from .map_resume import load_resumed
 from .points import to_numpy
 from .robot import RobotFrames, StreamFrames
-from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
-                      MapperOutput, MapperSnapshot, Notice, StepOutcome)
+from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, WARMUP,
+                      InputFrame, MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
 from .staged_files import StagedFiles
 from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, StampPolicy, seconds_text
 from .stream_state import SessionRun, StreamState
 from .trajectory import StampedPose, Trajectory
+from .warmup_size import WarmupSize, warmup_size
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -129,6 +131,7 @@ class Mapper:
         self._state, self._state_text = WAITING, "waiting for images"
         self._last_error = ""
         self._last_frame: InputFrame | None = None
+        self._warmed: WarmupSize | None = None   # until the first frame: what warm_up prepared
         self._last_placed: int | None = None   # index of the newest frame that got its pose
         self._last_map_pose: np.ndarray | None = None   # T_M_camera where the last ended stream stopped
         self._model_ms = 0.0
@@ -210,15 +213,16 @@ class Mapper:
     def snapshot(self) -> MapperSnapshot:
         return self._snapshot
 
-    def warm_up(self) -> float:
-        """Run dummy frames of ``warmup_image_size`` through both phases (kernel builds, the
-        CUDA graph capture, which survives the reset), then leave the session empty. Only before
-        the first real frame: a live stream is never disturbed."""
+    def warm_up(self, size: WarmupSize | None = None) -> float:
+        """Run dummy frames of ``size`` (default: warmup_size.py's rule with nothing found)
+        through both phases (kernel builds, the CUDA graph capture, which survives the reset),
+        then leave the session empty. Only before the first real frame: a live stream is never
+        disturbed."""
         if self._last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
-        width, height = self.settings.warmup_size()
-        image = self.preprocessor(np.full((height, width, 3), 128, np.uint8))
+        size = self._warmed = size or warmup_size(self.settings)
+        image = self.preprocessor(np.full((size.height, size.width, 3), 128, np.uint8))
         with torch.inference_mode():
             # With num_scale_frames > 1 step() only buffers; closing phase 1 runs it.
             self.session.step(image)
@@ -248,6 +252,12 @@ class Mapper:
         except ImageError as error:
             self._reject(outcome, f"image skipped: {error}")
             return
+        warmed, self._warmed = self._warmed, None
+        if warmed is not None and (image.shape[-1], image.shape[-2]) != warmed.model_input:
+            outcome.notices.append(Notice(WARMUP, (
+                f"the first image ({frame.rgb.shape[1]}x{frame.rgb.shape[0]}, model input {image.shape[-1]}x"
+                f"{image.shape[-2]}) is not the size the warm-up ran on, {warmed.describe()}: its cache is built "
+                "again (on CUDA its graph captured again); set warmup_image_size to the camera's WxH")))
         size = (frame.rgb.shape[1], frame.rgb.shape[0])
         known = self._stream.input_wh
         if known is not None and size != known:
@@ -391,15 +401,17 @@ class Mapper:
                                      "is not published or saved")
         return xyz, rgb
 
-    def view(self, point_budget: int, pose_budget: int) -> MapView:
+    def view(self, point_budget: int, pose_budget: int) -> Future:
         """What a live view draws (map_view.py): even samples of the map (provisional keyframes
-        included, as in ``map_points``) and of the camera path. Read without changing anything:
-        the held keyframe stays undoable."""
+        included, as in ``map_points``) and of the camera path. The future's MapView: the path
+        is read here, the map sampled on the map builder's thread (the frame loop never waits
+        for the map). Reads without changing anything: the held keyframe stays undoable."""
         conversion = self._stream.frames.conversion
-        xyz, rgb, total = self._store.view_points(conversion, self._provisional_points(), point_budget)
         positions, poses = self._store.view_path(conversion, pose_budget)
-        return MapView(xyz, rgb, total, positions, poses, units="m" if conversion.metric.known else "model units",
-                       voxel_size=self.settings.map_voxel_size_m)
+        units, voxel_size = "m" if conversion.metric.known else "model units", self.settings.map_voxel_size_m
+        return self._store.view_points(conversion, self._provisional_points(), point_budget,
+                                       lambda xyz, rgb, total: MapView(xyz, rgb, total, positions, poses,
+                                                                       units=units, voxel_size=voxel_size))
 
     def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """A windowed run's provisional keyframes' points (in I) with their current values: a

@@ -82,11 +82,11 @@ class MapperOutput:
 class Notice:
     """Something a front end should tell its user (the Mapper itself never logs to a user)."""
 
-    kind: str                  # RESTART, REJECTED, FAILED, BOUND
+    kind: str                  # RESTART, REJECTED, FAILED, BOUND, WARMUP
     text: str
 
 
-RESTART, REJECTED, FAILED, BOUND = "restart", "rejected", "failed", "bound"
+RESTART, REJECTED, FAILED, BOUND, WARMUP = "restart", "rejected", "failed", "bound", "warm-up"
 
 
 @dataclasses.dataclass

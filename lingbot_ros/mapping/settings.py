@@ -52,10 +52,14 @@ def parse_image_size(text: str) -> tuple[int, int] | None:
     return (width, height) if width > 0 and height > 0 else None
 
 
-def _image_size(value) -> str | None:
+def _warmup_image_size(value) -> str | None:
+    from .warmup_size import AUTO   # the rule's module (it reads these settings)
+
+    if value == AUTO:
+        return None
     size = parse_image_size(value)
     if size is None:
-        return "must be WIDTHxHEIGHT in pixels, e.g. 640x480"
+        return f"must be {AUTO} or WIDTHxHEIGHT in pixels, e.g. 640x480"
     if size[0] * size[1] > DEFAULT_MAX_PIXELS:
         return f"must be at most {DEFAULT_MAX_PIXELS} pixels (larger images are refused as bad input)"
     return None
@@ -63,7 +67,7 @@ def _image_size(value) -> str | None:
 
 def _existing_file_or_empty(value) -> str | None:
     if value and not os.path.isfile(value):
-        return "names a file that does not exist (set an existing .pt, or '' for the tiny random model)"
+        return "names a file that does not exist (set an existing .pt, or '' for random weights: not a map)"
     return None
 
 
@@ -120,8 +124,9 @@ def _patch_multiple(value) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class MapperSettings:
     # -- the model and its session --------------------------------------------------------------
-    checkpoint: str = setting("", "model checkpoint (.pt); empty = tiny random-weight model, NOT a real map",
-                              check=_existing_file_or_empty)
+    checkpoint: str = setting("", "model checkpoint (.pt); empty = random weights in the architecture model_config "
+                                  "names (tiny if that is empty too; the start-up warning names it): NOT a real "
+                                  "map", check=_existing_file_or_empty)
     model_config: str = setting("", "preset name (tiny, lingbot-map) or JSON file; empty = lingbot-map with "
                                     "a checkpoint, tiny without", check=_model_config)
     device: str = setting("auto", "auto, cpu, cuda or cuda:N", check=_device)
@@ -143,9 +148,12 @@ class MapperSettings:
                                         "(default: antialiased bicubic on the model's device, faster)")
     warmup: bool = setting(True, "run dummy frames through both phases before the first real frame "
                                  "(kernel builds, CUDA graph capture) so that it is not slow")
-    warmup_image_size: str = setting("640x480", "camera image size (WxH) the warm-up imitates: set it to the "
-                                                "camera's, so that the kernels compiled and the CUDA graph "
-                                                "captured at warm-up serve the live frames", check=_image_size)
+    warmup_image_size: str = setting("auto", "camera image size the warm-up imitates, so that the cache built, "
+                                             "the kernels compiled and the CUDA graph captured at warm-up serve "
+                                             "the live frames: auto = the images' own where known before the first "
+                                             "frame (the node: the camera_info beside the image topic, waited for "
+                                             "warmup_camera_info_wait_s; the tools: the input's first image), else "
+                                             "640x480; or WIDTHxHEIGHT", check=_warmup_image_size)
     # -- the stream (spec 9, 13) -----------------------------------------------------------------
     num_scale_frames: int = setting(8, "frames buffered and run together before the first poses (phase 1, "
                                        "scale initialisation)", minimum=1)
@@ -272,9 +280,6 @@ class MapperSettings:
                           overlap_size=None if self.overlap_keyframes else self.overlap_size,
                           overlap_keyframes=self.overlap_keyframes or None)
 
-    def warmup_size(self) -> tuple[int, int]:
-        return parse_image_size(self.warmup_image_size)
-
 
 def cross_field_errors(settings: "MapperSettings") -> list[str]:
     """The rules between fields, each the one the Mapper's parts would otherwise assert at
@@ -299,6 +304,13 @@ def cross_field_errors(settings: "MapperSettings") -> list[str]:
             errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
                           f"a window ({layout.window_frames} frames): lower overlap_size / "
                           "overlap_keyframes or raise window_size")
+    size = parse_image_size(s.warmup_image_size)
+    if size is not None:
+        from .warmup_size import image_size_error
+
+        error = image_size_error(*size, s.image_width)
+        if error:
+            errors.append(f"'warmup_image_size' ({s.warmup_image_size}): {error}")
     # MetricScaleEstimator: a median and MAD need two pairs, and the window must hold min_pairs.
     if not 2 <= s.scale_min_pairs <= s.scale_window_pairs:
         errors.append(f"'scale_min_pairs' ({s.scale_min_pairs}) must be >= 2 and at most scale_window_pairs "

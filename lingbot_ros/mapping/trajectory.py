@@ -69,6 +69,9 @@ class Trajectory:
     def __iter__(self) -> Iterator[StampedPose]:
         return iter(self._poses)
 
+    def __reversed__(self) -> Iterator[StampedPose]:
+        return reversed(self._poses)
+
     def __getitem__(self, index: int) -> StampedPose:
         return self._poses[index]
 

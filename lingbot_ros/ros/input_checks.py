@@ -12,7 +12,9 @@ the reason) or turned into a clean T_parent_child [4, 4]. What is refused:
 - a zero stamp, or one far ahead of the image clock (``ImageClock``): one sample stamped an hour
   ahead would make every later one look too old to the odometry buffer;
 - frame ids other than the configured ones (another robot's odometry);
-- a camera_info with a non-finite K, a focal length that is not positive or a zero size;
+- a camera_info with a non-finite K, a focal length that is not positive or a zero size; for the
+  size of its images (``camera_info_image_size``), also a region of interest outside the sensor or
+  a binning larger than the size (what size is too large for an image: mapping/warmup_size.py);
 - serialized bytes that are not a message of the topic's type (a truncated CDR payload), for the
   inputs read raw (``deserialized``);
 - an image with a zero or negative stamp (``nonzero_stamp``; what an image stamp means beside
@@ -159,3 +161,21 @@ def check_camera_info(msg) -> str:
     if not msg.width or not msg.height:
         raise Refused(f"camera_info: size {msg.width}x{msg.height}")
     return f"fx={k[0]:.1f} fy={k[4]:.1f} cx={k[2]:.1f} cy={k[5]:.1f} ({msg.width}x{msg.height})"
+
+
+def camera_info_image_size(msg) -> tuple[int, int]:
+    """(width, height) of the images a sensor_msgs/CameraInfo describes (REP 104: its region of
+    interest where set, divided by its binning; 0 or 1 = none). Refused as ``check_camera_info``
+    refuses, and for a region outside the sensor or a binning larger than the size."""
+    check_camera_info(msg)
+    width, height = int(msg.width), int(msg.height)
+    roi = msg.roi
+    if roi.width or roi.height:
+        if not (roi.width and roi.height) or roi.x_offset + roi.width > width or roi.y_offset + roi.height > height:
+            raise Refused(f"camera_info: region of interest {roi.width}x{roi.height} at ({roi.x_offset}, "
+                          f"{roi.y_offset}) is not inside the {width}x{height} sensor")
+        width, height = int(roi.width), int(roi.height)
+    binning_x, binning_y = max(1, int(msg.binning_x)), max(1, int(msg.binning_y))
+    if binning_x > width or binning_y > height:
+        raise Refused(f"camera_info: binning {binning_x}x{binning_y} is larger than the {width}x{height} size")
+    return width // binning_x, height // binning_y

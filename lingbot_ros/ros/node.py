@@ -33,7 +33,8 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
 from lingbot_ros.mapping.settings import SettingsError
-from lingbot_ros.ros import messages, params, services
+from lingbot_ros.mapping.warmup_size import AUTO, warmup_size
+from lingbot_ros.ros import camera_info_size, messages, params, services
 from lingbot_ros.ros.diagnostics import Counters
 from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.input_checks import ImageClock
@@ -123,10 +124,7 @@ class MapNode(LifecycleNode):
             if settings.resume:
                 self.get_logger().info(self.mapper.snapshot.state_text)
             if settings.warmup:
-                self.get_logger().info(f"warming up on {settings.warmup_image_size} images (the first run on "
-                                       "a machine compiles kernels: a minute or more on CUDA)")
-                seconds = self.worker.submit(self.mapper.warm_up).result(timeout=WARMUP_TIMEOUT_S)
-                self.get_logger().info(f"warm-up done in {seconds:.1f} s")
+                self._warm_up(settings)
             self.outputs = Outputs.create(self)
             self.path = PathCache(self.mapper, self.cfg.map_frame, self.cfg.path_max_length)
             self._own_services = services.create(self, self._service_group)
@@ -141,6 +139,18 @@ class MapNode(LifecycleNode):
         self.configure_error = ""
         self.publish_status()
         return TransitionCallbackReturn.SUCCESS
+
+    def _warm_up(self, settings) -> None:
+        """The warm-up on the images' size where it is known (mapping/warmup_size.py's rule)."""
+        found = camera_info_size.found_image_size(self, self.cfg) if settings.warmup_image_size == AUTO else None
+        size = warmup_size(settings, found, self.cfg.max_image_pixels)
+        if size.warning:   # the camera_info was refused
+            self.counters.refused("camera_info_rejected", size.warning)
+            self.get_logger().warning(f"warm-up: {size.warning}; set warmup_image_size to the camera's WxH")
+        self.get_logger().info(f"warming up on {size.describe()} (the first run on a machine compiles "
+                               "kernels: a minute or more on CUDA)")
+        seconds = self.worker.submit(self.mapper.warm_up, size).result(timeout=WARMUP_TIMEOUT_S)
+        self.get_logger().info(f"warm-up done in {seconds:.1f} s")
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
         """SUCCESS -> active (publishers on, subscribed); FAILURE (input parameters) -> inactive."""

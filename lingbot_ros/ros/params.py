@@ -67,6 +67,8 @@ MIN_DIAGNOSTICS_PERIOD_S = 0.05
 # 72,000 of them.
 MAX_DIAGNOSTICS_WINDOW_S = 3600.0
 MAX_QUEUED_FRAMES = 1000
+# Configure's wait for a camera_info (warmup_image_size auto): a camera publishes one a frame.
+MAX_CAMERA_INFO_WAIT_S = 30.0
 # The live view's sample of the map: 200,000 points are ~2 MB a refresh; 5 million is what a
 # browser still draws.
 MAX_VIEWER_POINTS = 5_000_000
@@ -97,6 +99,11 @@ class NodeSettings:
                                    when=ACTIVATE)
     camera_info_qos_depth: int = setting(5, "camera_info subscription history depth", minimum=1, maximum=MAX_DEPTH,
                                          when=ACTIVATE)
+    warmup_camera_info_wait_s: float = setting(1.0, "with warmup_image_size auto: how long configure waits for "
+                                                    "a camera_info beside the image topic (camera_info_qos) to "
+                                                    "warm up on its image size; none in time: 640x480 (0 = do "
+                                                    f"not wait; at most {MAX_CAMERA_INFO_WAIT_S:g} s)", minimum=0,
+                                               maximum=MAX_CAMERA_INFO_WAIT_S)
     max_input_ahead_s: float = setting(5.0, "odometry stamped further than this ahead of the image clock (the "
                                             "newest image's stamp plus the time since it came) is refused: "
                                             "it would make every later sample look too old (at most the "

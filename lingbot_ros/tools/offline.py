@@ -31,6 +31,7 @@ from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.mapping.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
 from lingbot_ros.mapping.voxel_map import VoxelRangeError
+from lingbot_ros.mapping.warmup_size import AUTO, found_in_source, warmup_size
 from lingbot_ros.model import CheckpointError, ConfigError
 from lingbot_ros.process import interrupts
 from lingbot_ros.tools import progress
@@ -139,8 +140,11 @@ def run(args: argparse.Namespace, viewer=None) -> str:
                   file=sys.stderr)
         mapper = Mapper(settings, bundle)
         if settings.warmup:
-            print(f"lingbot-ros-offline: warming up at {settings.warmup_image_size}", file=sys.stderr, flush=True)
-            mapper.warm_up()
+            size = warmup_size(settings, found_in_source(source) if settings.warmup_image_size == AUTO else None)
+            if size.warning:
+                print(f"lingbot-ros-offline: warning: {size.warning}", file=sys.stderr)
+            print(f"lingbot-ros-offline: warming up on {size.describe()}", file=sys.stderr, flush=True)
+            mapper.warm_up(size)
     except KeyboardInterrupt:   # a signal while the model loads or warms up
         if mapper is not None:
             mapper.close()

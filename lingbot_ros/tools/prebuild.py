@@ -5,7 +5,8 @@ attention module (over a minute on an H200) and torch.compile's fused blocks. Bo
 caches (~/.cache/flashinfer, ~/.cache/lingbot_ros/torchinductor) that later starts reuse. Run this
 once where the node will run (set-up script, Dockerfile, a robot's image build), with the
 settings the node will use: it builds the model (random weights: the kernels do not depend on
-them), runs the node's warm-up at ``--warmup-image-size`` and prints each phase's time.
+them), runs the node's warm-up at ``--warmup-image-size`` (auto: 640x480, with no images to read
+the size from) and prints each phase's time.
 
     lingbot-ros-prebuild --warmup-image-size 640x480          # CUDA, the released architecture
 """
@@ -19,6 +20,7 @@ import time
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.mapping.warmup_size import warmup_size
 from lingbot_ros.process import interrupts
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 
@@ -55,8 +57,9 @@ def _main(argv) -> int:
     try:
         bundle = phase("model and session", lambda: factory.build(settings))
         mapper = Mapper(settings, bundle)
-        phase(f"warm-up at {settings.warmup_image_size} (FlashInfer JIT, torch.compile, graph capture)",
-              mapper.warm_up)
+        size = warmup_size(settings)
+        phase(f"warm-up on {size.describe()} (FlashInfer JIT, torch.compile, graph capture)",
+              lambda: mapper.warm_up(size))
     except Exception as error:   # any build failure: say which, with the hint the node gives
         print(f"lingbot-ros-prebuild: error: {type(error).__name__}: {error}{factory.failure_hint(error, settings)}",
               file=sys.stderr)

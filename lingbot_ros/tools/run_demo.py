@@ -97,7 +97,8 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     from lingbot_ros.io.sources import SourceError, open_source
 
-    from lingbot_ros.mapping.settings import MapperSettings
+    from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+    from lingbot_ros.mapping.warmup_size import found_in_source, warmup_size
 
     phase_1 = MapperSettings().num_scale_frames
     if args.frames < phase_1:   # fewer would stay buffered, unprocessed, and the save would hold none
@@ -110,6 +111,14 @@ def _main(argv) -> int:
     except (SourceError, ValueError) as error:
         print(f"lingbot-ros-demo: {error}", file=sys.stderr)
         return 2
+    width = args.image_width or (518 if args.checkpoint else 252)
+    try:   # the node warms up on the source's own size (it has no camera_info to read it from)
+        warm = warmup_size(MapperSettings(image_width=width), found_in_source(source))
+    except SettingsError as error:
+        print(f"lingbot-ros-demo: --image-width: {error}", file=sys.stderr)
+        return 2
+    if warm.warning:
+        print(f"lingbot-ros-demo: warning: {warm.warning}", file=sys.stderr)
 
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
@@ -122,13 +131,13 @@ def _main(argv) -> int:
     from lingbot_ros.ros.spinning import BackgroundSpin
     from lingbot_ros.ros.status import frames_accounted
 
-    width = args.image_width or (518 if args.checkpoint else 252)
     rclpy.init(args=None, signal_handler_options=SignalHandlerOptions.NO)   # process/interrupts.py
     node = MapNode(parameter_overrides=[
         Parameter("checkpoint", value=args.checkpoint),
         Parameter("model_config", value=args.model_config),
         Parameter("device", value=args.device),
         Parameter("image_width", value=width),
+        Parameter("warmup_image_size", value=warm.text),
         Parameter("save_directory", value=os.path.abspath(args.out)),   # relative ones are under $ROS_HOME
         Parameter("process_all_frames", value=True),
         # The demo's run goes beside its saved map, not into the user's ~/.ros.

@@ -2,10 +2,11 @@
 
 Served by viser (docs/internals.md, The live view, says why viser) on localhost. The owner of a
 Mapper (the node's worker, the offline tool's loop) calls ``update`` after each verb; that call
-only hands over references (the newest output, the new camera positions) and, at most every
-``MAP_REFRESH_S``, reads a bounded sample of the map (``Mapper.view``: the frame loop's one real
-cost, bench/viewer_cost.py). A thread of its own turns them into scene updates, newest wins:
-what arrives while it draws replaces what waited. viser sends to each browser from its own event
+only hands over references: the newest output, the new camera positions and, at most every
+``MAP_REFRESH_S``, a bounded sample of the map that the map builder's thread reads
+(``Mapper.view``, a future; bench/viewer_cost.py measures what is left on the frame loop). A
+thread of its own waits for the sample and turns them into scene updates, newest wins: what
+arrives while it draws replaces what waited. viser sends to each browser from its own event
 loop and drops a scene node's older states still queued for a client, so neither a slow browser
 nor one that goes away mid-update ever waits the frame loop.
 """
@@ -16,6 +17,7 @@ import errno
 import socket
 import threading
 import time
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -36,7 +38,7 @@ class ViewerError(Exception):
 class _Pending:
     """What waits for the drawing thread: newest wins, except the path positions, which add up."""
 
-    view: MapView | None = None
+    view: Future | None = None              # of a MapView (the map builder's sample)
     output: object | None = None            # the newest MapperOutput (its camera)
     positions: list = dataclasses.field(default_factory=list)   # camera positions since the view
 
@@ -99,7 +101,7 @@ class LiveView:
         self._thread = threading.Thread(target=self._run, name="lingbot_live_view", daemon=True)
         self._thread.start()
 
-    # -- the owner's side (the frame loop): references only, a map read at most every MAP_REFRESH_S
+    # -- the owner's side (the frame loop): references only (the map is sampled on the map builder's thread)
 
     def update(self, mapper, outcome, refresh: bool = False) -> None:
         """After a Mapper verb: its newest camera, and the map and path when due (``refresh``: now)."""
@@ -125,8 +127,10 @@ class LiveView:
 
     def show(self, view: MapView) -> None:
         """A whole view at once (a stored run: ``lingbot-ros-map view``)."""
+        ready: Future = Future()
+        ready.set_result(view)
         with self._lock:
-            self._pending = _Pending(view=view)
+            self._pending = _Pending(view=ready)
             self._offered += 1
             self._lock.notify_all()
 
@@ -164,7 +168,7 @@ class LiveView:
     def _draw(self, pending: _Pending) -> None:
         scene = self._server.scene
         if pending.view is not None:
-            view = self.shown = pending.view
+            view = self.shown = pending.view.result()
             self._size = self._frame_the_map(view)
             # A voxel's size, or bigger where the map is far larger than its voxels (a sample of it
             # would otherwise be specks).
