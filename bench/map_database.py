@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     import torch
 
     from lingbot_ros.mapping import factory
-    from lingbot_ros.mapping.map_writer import MapWriter, stored_bytes
+    from lingbot_ros.mapping.database.writer import MapWriter, stored_bytes
     from lingbot_ros.mapping.mapper import Mapper
     from lingbot_ros.mapping.records import InputFrame
     from lingbot_ros.mapping.settings import MapperSettings

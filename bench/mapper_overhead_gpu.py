@@ -47,9 +47,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
 from bench.long_run_gpu import synthetic_images  # noqa: E402
-from lingbot_ros.mapping import factory, live_windows, records  # noqa: E402
-from lingbot_ros.mapping.points import image_to_rgb_uint8  # noqa: E402
-from lingbot_ros.mapping.similarity import warp_pose_enc  # noqa: E402
+from lingbot_ros.mapping import factory, records  # noqa: E402
+from lingbot_ros.mapping.windows import live as live_windows  # noqa: E402
+from lingbot_ros.mapping.store.points import image_to_rgb_uint8  # noqa: E402
+from lingbot_ros.mapping.windows.similarity import warp_pose_enc  # noqa: E402
 from lingbot_ros.model.geometry import depth_to_world_points, pose_to_extrinsic  # noqa: E402
 from lingbot_ros.mapping.mapper import Mapper  # noqa: E402
 from lingbot_ros.mapping.records import InputFrame  # noqa: E402

@@ -15,14 +15,14 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from lingbot_ros.mapping.keyframes import WORK_WIDTH, MotionPolicy
-from lingbot_ros.mapping.live_windows import ROLLBACK_MARGIN, LiveWindows, Pending
+from lingbot_ros.mapping.windows.live import ROLLBACK_MARGIN, LiveWindows, Pending
 from lingbot_ros.mapping.long_run import CacheCaps, NoRestarts
-from lingbot_ros.mapping.metric_scale import MetricScale
+from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
-from lingbot_ros.mapping.robot import applied_scale
-from lingbot_ros.mapping.similarity import rotations_to_quaternions
-from lingbot_ros.mapping.stream_state import SessionRun
-from lingbot_ros.mapping.windows import WindowError, WindowRule
+from lingbot_ros.mapping.placement.metric_scale import applied_scale
+from lingbot_ros.mapping.windows.similarity import rotations_to_quaternions
+from lingbot_ros.mapping.streams import SessionRun
+from lingbot_ros.mapping.windows.rule import WindowError, WindowRule
 from lingbot_ros.model.geometry import pose_to_extrinsic
 from lingbot_ros.stream import FrameResult
 

@@ -14,7 +14,7 @@ import websockets
 
 from lingbot_ros.io.sources import open_source
 from lingbot_ros.mapping import factory
-from lingbot_ros.mapping.map_view import sample_path, stride
+from lingbot_ros.mapping.store.map_view import sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError

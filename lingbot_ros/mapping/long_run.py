@@ -4,7 +4,7 @@
 3D RoPE's trained range is 1024) or the cache memory reaches ``max_cache_mb``; the map continues
 from the last pose. ``none``: never (the cost per frame grows with the special tokens kept).
 The windowed policy does not restart a stream (a window switch is not a restart); it lives in
-live_windows.py.
+windows/live.py.
 """
 from __future__ import annotations
 

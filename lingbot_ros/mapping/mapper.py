@@ -16,7 +16,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up() -> float                dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    view(point_budget, pose_budget) -> MapView    samples for a live view (map_view.py), no change
+    view(point_budget, pose_budget) -> MapView    samples for a live view (store/map_view.py), no change
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Vocabulary (code, notices, status and diagnostics use it alike):
@@ -32,14 +32,14 @@ Vocabulary (code, notices, status and diagnostics use it alike):
                    the map. (The ``reset`` long-run policy is named for the session it resets at a
                    cap; its restarts keep the map.)
     window switch  the windowed policy's next window: the same stream, a new session run
-                   (stream_state.py); not a restart, never announced as one.
+                   (streams.py); not a restart, never announced as one.
     session reset  ``StreamingSession.reset()``, done at every restart and window switch.
 
-Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
-whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
-how a saved map stays at one scale); the conversion into ``map`` in frames.py. The map database
-(map_recorder.py) hears every pose at the verbs below and every map change from MapStore; a
-``resume`` setting starts the Mapper as the database's last run (map_resume.py).
+Per-stream state lives in one ``StreamState`` (streams.py) that every restart replaces
+whole through ``_end_stream``; the map and trajectory in ``MapStore`` (store/map_store.py, which says
+how a saved map stays at one scale); the conversion into ``map`` in placement/conversion.py. The map database
+(database/recorder.py) hears every pose at the verbs below and every map change from MapStore; a
+``resume`` setting starts the Mapper as the database's last run (database/resume.py).
 """
 from __future__ import annotations
 
@@ -55,24 +55,24 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .export import write_map_files
+from .files.export import write_map_files
 from .factory import SessionBundle
 from .keyframes import MotionPolicy
-from .live_windows import LiveWindows, Pending
-from .map_store import MapStore
-from .map_view import MapView
+from .windows.live import LiveWindows, Pending
+from .store.map_store import MapStore
+from .store.map_view import MapView
 from .long_run import make_long_run_policy
-from .map_recorder import open_recorder
-from .map_resume import load_resumed
-from .points import to_numpy
-from .robot import RobotFrames, StreamFrames
+from .database.recorder import open_recorder
+from .database.resume import load_resumed
+from .store.points import to_numpy
+from .placement.robot import RobotFrames, StreamFrames
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
                       MapperOutput, MapperSnapshot, Notice, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
-from .staged_files import StagedFiles
+from .files.staged_files import StagedFiles
 from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, StampPolicy, seconds_text
-from .stream_state import SessionRun, StreamState
-from .trajectory import StampedPose, Trajectory
+from .streams import SessionRun, StreamState
+from .store.trajectory import StampedPose, Trajectory
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -392,7 +392,7 @@ class Mapper:
         return xyz, rgb
 
     def view(self, point_budget: int, pose_budget: int) -> MapView:
-        """What a live view draws (map_view.py): even samples of the map (provisional keyframes
+        """What a live view draws (store/map_view.py): even samples of the map (provisional keyframes
         included, as in ``map_points``) and of the camera path. Read without changing anything:
         the held keyframe stays undoable."""
         conversion = self._stream.frames.conversion
@@ -528,7 +528,7 @@ class Mapper:
                     else:
                         session.rollback_last_frame()
                         kept = False
-            self._store.release()   # the map thread works while this one waits (map_builder.py)
+            self._store.release()   # the map thread works while this one waits (store/map_builder.py)
             if pending.image.is_cuda:
                 # The step only queues GPU work; the model time ends when the outputs are ready
                 # (they are copied to the host next anyway).
@@ -670,7 +670,7 @@ class Mapper:
         """The one way a stream ends (reset, restart, failure) and the next one starts. Buffered
         scale frames run first (a short phase 1, unless ``lost``), so that every processed frame
         gets its pose. keep_map: the map and trajectory continue from the last pose, the ended
-        stream kept at its own scale (map_store.py); otherwise both are cleared."""
+        stream kept at its own scale (store/map_store.py); otherwise both are cleared."""
         self._close(outcome, lost)
         self.session.reset()
         state = self._stream

@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping
 from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..stream import SettingsError   # one error type for every settings problem
 from ..stream.settings import BACKENDS, DTYPES, KV_CACHE_DTYPES
-from .metric_scale import SCALE_SOURCES
-from .similarity import ESTIMATORS
+from .placement.metric_scale import SCALE_SOURCES
+from .windows.similarity import ESTIMATORS
 
 KEYFRAME_POLICIES = ("interval", "motion")
 LONG_RUN_POLICIES = ("windowed", "reset", "none")
@@ -82,7 +82,7 @@ def _device(value) -> str | None:
 # The largest camera mount translation (metres): a camera on the robot, or on a very large one.
 # One bound for the camera_mount setting and a mount from TF (ros/robot_link.py).
 MAX_MOUNT_M = 100.0
-# Voxel indices fit +-2^20 per axis (voxel_map.py): 1 mm voxels span +-1 km around the map's
+# Voxel indices fit +-2^20 per axis (store/voxel_map.py): 1 mm voxels span +-1 km around the map's
 # origin, the default 5 cm +-52 km. A smaller voxel cannot hold a robot's map (every keyframe's
 # points would leave the key range: a model failure each).
 MIN_VOXEL_SIZE_M = 1e-3
@@ -236,7 +236,7 @@ class MapperSettings:
                                   minimum=1)
     max_trajectory_poses: int = setting(1_000_000, "poses kept in the saved trajectory; the oldest go first "
                                                    "once it is full (warned once)", minimum=1)
-    # -- the map database (mapping/map_database.py) ------------------------------------------------
+    # -- the map database (mapping/database/schema.py) ------------------------------------------------
     map_database: str = setting("$ROS_HOME/lingbot_ros/map.db",
                                 "SQLite file the map, trajectory and windows are written to while mapping, one "
                                 "run per configure ($ROS_HOME: ROS_HOME, else ~/.ros); empty = off")
@@ -266,7 +266,7 @@ class MapperSettings:
 
     def window_rule(self):
         """The windowed policy's WindowRule (spec 13.1)."""
-        from .windows import WindowRule
+        from .windows.rule import WindowRule
 
         return WindowRule(self.window_size, self.num_scale_frames, self.keyframe_interval,
                           overlap_size=None if self.overlap_keyframes else self.overlap_size,

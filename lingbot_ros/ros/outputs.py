@@ -15,8 +15,8 @@ from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 
 from lingbot_ros.io.image_codec import fill_image
-from lingbot_ros.mapping import to_numpy
-from lingbot_ros.mapping.metric_scale import NoScale
+from lingbot_ros.mapping.store.points import to_numpy
+from lingbot_ros.mapping.placement.metric_scale import NoScale
 from lingbot_ros.mapping.records import MapperOutput
 from lingbot_ros.ros import messages
 from lingbot_ros.ros.params import NodeSettings

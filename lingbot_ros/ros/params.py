@@ -13,7 +13,7 @@ import dataclasses
 import sys
 
 from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
-from lingbot_ros.mapping.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
+from lingbot_ros.mapping.placement.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
 from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
                                           field_errors, setting)
 from lingbot_ros.viewer.live_view import DEFAULT_POINT_BUDGET as VIEWER_POINT_BUDGET

@@ -9,10 +9,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from .frames import Placement
+from .placement.conversion import Placement
 from .keyframes import MotionPolicy
-from .live_windows import LiveWindows, Pending
-from .robot import StreamFrames
+from .windows.live import LiveWindows, Pending
+from .placement.robot import StreamFrames
 from .stamps import StampPolicy
 
 

@@ -97,12 +97,3 @@ class MapConversion:
 
     def with_metric(self, metric: MetricScale) -> "MapConversion":
         return dataclasses.replace(self, metric=metric)
-
-
-def rigid_inverse(pose: np.ndarray) -> np.ndarray:
-    """Inverse of a rigid [4, 4] transform: rotation R^T, translation -R^T t."""
-    rotation_t = pose[:3, :3].T
-    result = np.eye(4)
-    result[:3, :3] = rotation_t
-    result[:3, 3] = -rotation_t @ pose[:3, 3]
-    return result

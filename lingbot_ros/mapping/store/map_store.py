@@ -21,7 +21,7 @@ The newest final keyframe's points stay out of the map while that frame can stil
 (``hold``); they go in when the next keyframe comes, or when the map is read.
 
 Every change of the map itself (an insert, a new pitch, a clear) is told to the map database's
-recorder (map_recorder.py) here, the one place it happens. The finished part goes to the recorder
+recorder (database/recorder.py) here, the one place it happens. The finished part goes to the recorder
 without a copy; it is changed again only after the recorder has read it, or as a copy
 (``_own_finished``).
 """
@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .frames import MapConversion, rigid_inverse
+from ..placement.conversion import MapConversion
+from ..placement.geometry import rigid_inverse
 from .map_builder import MapBuilder
 from .map_view import sample_path, share, stride
 from .trajectory import StampedPose, Trajectory
@@ -142,7 +143,7 @@ class MapStore:
     def view_points(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], budget: int) \
             -> tuple[np.ndarray, np.ndarray, int]:
         """At most ``budget`` of the map's points in ``map`` (xyz float32, rgb uint8), an even
-        sample of every part (map_view.py), the held keyframe and ``extra`` (in I) as points of
+        sample of every part (store/map_view.py), the held keyframe and ``extra`` (in I) as points of
         their own; and how many points the parts hold. Changes nothing (waits for the map builder)."""
         live = self._live.map
         loose = ([self._held[1]] if self._held is not None else []) + list(extra)
@@ -224,7 +225,7 @@ class MapStore:
         return count
 
     def resume(self, poses: Trajectory, voxel_map: VoxelMap, finished: tuple[VoxelMap, Trajectory] | None) -> None:
-        """Start as a stored run (map_resume.py): its live stream's poses in I and voxels, and
+        """Start as a stored run (database/resume.py): its live stream's poses in I and voxels, and
         its finished part in map (earlier streams at their own scales), if any."""
         if finished is not None:
             self._finished_map, self._finished_poses = finished

@@ -25,11 +25,12 @@ from typing import Callable
 
 import numpy as np
 
-from .colmap import KeyframeImage
-from .map_database import (CLEAN, RUN_TABLES, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
-                           connect, describe_error, mark_crashed)
-from .map_readback import replay_voxel_map
-from .voxel_map import VoxelMap, VoxelRangeError
+from ..files.colmap import KeyframeImage
+from .schema import CLEAN, RUN_TABLES, RUNNING, WriterLock, apply_retention, connect, describe_error, mark_crashed
+from .blobs import MapDatabaseError
+from .blobs import array_blob, arrays_blob
+from .readback import replay_voxel_map
+from ..store.voxel_map import VoxelMap, VoxelRangeError
 
 MAX_BACKLOG_BYTES = 256 * 2**20
 POLL_S = 0.02   # how often the thread looks for new events

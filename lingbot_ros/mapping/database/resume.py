@@ -24,14 +24,15 @@ import sqlite3
 import numpy as np
 import torch
 
-from .frames import Placement
-from .live_windows import WindowRecord
-from .map_database import (CRASHED, RUNNING, MapDatabaseError, WriterLock, blob_array, blob_arrays, checked_array,
-                           connect, resolve_path, runs)
-from .frames import MapConversion
-from .map_readback import read_record, conversion, load_finished, replay_voxel_map, stored_poses, stored_windows
-from .trajectory import Trajectory
-from .voxel_map import VoxelMap
+from ..placement.conversion import Placement
+from ..windows.live import WindowRecord
+from .schema import CRASHED, RUNNING, WriterLock, connect, resolve_path, runs
+from .blobs import MapDatabaseError
+from .blobs import blob_array, blob_arrays, checked_array
+from ..placement.conversion import MapConversion
+from .readback import read_record, conversion, load_finished, replay_voxel_map, stored_poses, stored_windows
+from ..store.trajectory import Trajectory
+from ..store.voxel_map import VoxelMap
 
 # Settings that shape the stored map and its windows: a run continues only under the same values.
 MAP_SHAPING = ("checkpoint", "model_config", "image_width", "num_scale_frames", "scale_frames", "sliding_window",

@@ -14,7 +14,7 @@
     commit()                       commit now (a save; tests)
     close()                        the Mapper is done (a clean end)
 
-Each call is a queue put for the writer thread (map_writer.py); with ``map_database`` empty the
+Each call is a queue put for the writer thread (database/writer.py); with ``map_database`` empty the
 Mapper holds a ``NoRecorder`` whose calls do nothing.
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ import threading
 
 import numpy as np
 
-from .map_database import resolve_path
-from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
-from .records import MapperOutput
+from .schema import resolve_path
+from .writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from ..records import MapperOutput
 
 
 class NoRecorder:
