@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from lingbot_ros.mapping.keyframes import WORK_WIDTH, MotionPolicy
 from lingbot_ros.mapping.windows.live import ROLLBACK_MARGIN, LiveWindows, Pending
 from lingbot_ros.mapping.long_run import CacheCaps, NoRestarts
+from lingbot_ros.stream.session import CacheUsage
 from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.placement.metric_scale import applied_scale
@@ -142,9 +143,9 @@ def test_rollback_is_refused_once_the_kept_inputs_are_used_up():
 
 # ----------------------------------------------------------------------------- CacheCaps
 
-def stats(stored: int, kv_bytes, camera_bytes: int) -> dict:
-    kv = None if kv_bytes is None else SimpleNamespace(bytes_in_use=kv_bytes)
-    return {"frames_stored": stored, "kv_cache": kv, "camera_cache_bytes_in_use": camera_bytes}
+def stats(stored: int, kv_bytes, camera_bytes: int) -> CacheUsage:
+    """The session's usage with ``kv_bytes`` of KV cache in use (None: not allocated yet)."""
+    return CacheUsage(frames_stored=stored, pages=0, bytes_allocated=0, bytes_in_use=(kv_bytes or 0) + camera_bytes)
 
 
 @settings(max_examples=300, deadline=None)

@@ -140,3 +140,18 @@ class MapperSnapshot:
     map_database: str = ""            # what the map database is doing ("off", "writing run N to PATH", ...)
     map_database_error: str = ""      # why this run is not (or no longer) stored; '' while it is
     last_stamp_ns: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedMap:
+    """What ``Mapper.save`` wrote."""
+
+    ply_path: str
+    tum_path: str
+    num_points: int
+    num_poses: int
+
+    @property
+    def message(self) -> str:
+        return (f"wrote {self.num_points} points to {self.ply_path} and {self.num_poses} poses to "
+                f"{self.tum_path} (a top-down picture beside them: preview.png)")

@@ -64,3 +64,16 @@ def pose_matrix(blob: bytes, what: str = "pose") -> np.ndarray:
         raise ValueError(f"{what} of {len(blob) if isinstance(blob, bytes) else type(blob).__name__} bytes, "
                          "not 16 float64")
     return checked_array(np.frombuffer(blob, np.float64).reshape(4, 4), (4, 4), what)
+
+
+def voxel_map_blob(voxel_map) -> bytes:
+    """A voxel map's state and pitch (a map checkpoint, an ended stream's map)."""
+    return arrays_blob(dict(voxel_map.state(), voxel_size_m=np.float64(voxel_map.voxel_size_m)))
+
+
+def poses_blob(trajectory) -> bytes:
+    """A trajectory's keys, stamps and poses (an ended stream's, in map)."""
+    entries = list(trajectory)
+    return arrays_blob({"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
+                        "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
+                        "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)})

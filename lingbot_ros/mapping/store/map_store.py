@@ -32,7 +32,7 @@ import numpy as np
 from ..placement.conversion import MapConversion
 from ..placement.geometry import rigid_inverse
 from .map_builder import MapBuilder
-from .map_view import sample_path, share, stride
+from .map_view import MapView, sample_path, share, stride
 from .trajectory import StampedPose, Trajectory
 from .voxel_map import VoxelMap
 
@@ -140,6 +140,14 @@ class MapStore:
         combined.insert(conversion.points(xyz), rgb)
         return combined.points()
 
+    def view(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], point_budget: int,
+             pose_budget: int) -> MapView:
+        """What a live view draws: ``view_points`` and ``view_path``, in metres once the scale is known."""
+        xyz, rgb, total = self.view_points(conversion, extra, point_budget)
+        positions, poses = self.view_path(conversion, pose_budget)
+        return MapView(xyz, rgb, total, positions, poses, units="m" if conversion.metric.known else "model units",
+                       voxel_size=self.voxel_size_m)
+
     def view_points(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], budget: int) \
             -> tuple[np.ndarray, np.ndarray, int]:
         """At most ``budget`` of the map's points in ``map`` (xyz float32, rgb uint8), an even
@@ -181,6 +189,11 @@ class MapStore:
             positions[live] = (conversion.scale * (positions[live] - conversion.origin_internal)
                                + conversion.origin_map)
         return positions, len(entries)
+
+    @property
+    def builder(self) -> MapBuilder:
+        """The live stream's map builder (its inserts run on their own thread)."""
+        return self._live
 
     @property
     def live_map(self) -> VoxelMap:

@@ -92,6 +92,12 @@ class LiveWindows:
     def provisional(self) -> list[MapperOutput]:
         return list(self._provisional.values())
 
+    def provisional_points(self, min_confidence: float, stride: int) -> list[tuple]:
+        """The provisional keyframes' points (in I) with their current values, (xyz, rgb) each: a
+        resumed window's stored ones first, then this window's."""
+        stored = [points for _, points in self.resumed.values() if points is not None]
+        return stored + [o.internal_points(min_confidence, stride) for o in self.provisional() if o.is_keyframe]
+
     def end(self) -> tuple[dict, list[MapperOutput]]:
         """The stream ends here: the resumed window's provisional frames that no re-run reached
         (their stored values are final now) and the provisional outputs (now final), oldest first."""
