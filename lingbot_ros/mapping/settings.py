@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..stream import SettingsError   # one error type for every settings problem
 from ..stream.settings import BACKENDS, DTYPES, KV_CACHE_DTYPES
-from .placement.metric_scale import SCALE_SOURCES
+from .placement.metric_scale import SCALE_SOURCES, pairs_fit
 from .windows.similarity import ESTIMATORS
 
 KEYFRAME_POLICIES = ("interval", "motion")
@@ -295,12 +295,11 @@ def cross_field_errors(settings: "MapperSettings") -> list[str]:
             errors.append(f"'overlap_size' / 'overlap_keyframes': the windowed policy's overlap ({layout.overlap} "
                           f"frames) must be at most {MAX_CACHE_FRAMES} (its frames' images stay on the model's "
                           "device to be run again): lower them")
-        if layout.overlap >= layout.window_frames:
+        if not layout.live_overlap_fits:
             errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
                           f"a window ({layout.window_frames} frames): lower overlap_size / "
                           "overlap_keyframes or raise window_size")
-    # MetricScaleEstimator: a median and MAD need two pairs, and the window must hold min_pairs.
-    if not 2 <= s.scale_min_pairs <= s.scale_window_pairs:
+    if not pairs_fit(s.scale_min_pairs, s.scale_window_pairs):
         errors.append(f"'scale_min_pairs' ({s.scale_min_pairs}) must be >= 2 and at most scale_window_pairs "
                       f"({s.scale_window_pairs})")
     return errors
@@ -333,18 +332,19 @@ def field_errors(obj) -> list[str]:
     return errors
 
 
+def integer_for_float(field: dataclasses.Field, value) -> bool:
+    """An int given where the setting is a float (a YAML 2, a flag, a ROS parameter): taken as 2.0."""
+    return type(field.default) is float and isinstance(value, int) and not isinstance(value, bool)
+
+
 def coerce(cls, values: Mapping[str, Any]):
     """``cls(**values)`` for a settings dataclass, after the lenient conversions a YAML file or a
     command line needs (an int where a float is expected). Unknown names are errors; every
     problem is reported at once as a SettingsError."""
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(names))
-    kwargs = {}
-    for name, value in values.items():
-        if name in names and type(names[name].default) is float and isinstance(value, int) \
-                and not isinstance(value, bool):
-            value = float(value)
-        kwargs[name] = value
+    kwargs = {name: float(value) if name in names and integer_for_float(names[name], value) else value
+              for name, value in values.items()}
     if unknown:
         raise SettingsError(f"invalid settings: unknown name(s) {unknown}")
     return cls(**{k: v for k, v in kwargs.items() if k in names})

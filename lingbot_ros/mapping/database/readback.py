@@ -62,7 +62,8 @@ def conversion(info: RunInfo) -> MapConversion:
     mount = info.mount if info.mount is not None else parse_mount(setting(info, "camera_mount"))
     origins = info.origins if info.origins is not None else np.zeros(6)
     metric = MetricScale(info.scale_known, float(info.scale), 0.0, 0, "")
-    return MapConversion(metric, rigid_inverse(mount), origins[:3].copy(), origins[3:].copy())
+    return MapConversion(metric, rigid_inverse(mount), origins[:3].copy(), origins[3:].copy(),
+                         estimated=info.settings.get("scale_source") == "odometry")
 
 
 def _refuse(refused: list | None, text: str) -> None:

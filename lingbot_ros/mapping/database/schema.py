@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files.paths import ros_home
 from .blobs import MapDatabaseError, checked_array
 
 SCHEMA_VERSION = 2
@@ -111,8 +112,7 @@ RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_s
 
 def resolve_path(text: str) -> Path:
     """The ``map_database`` setting -> a path: ``$ROS_HOME`` is ROS_HOME, or ~/.ros without it."""
-    ros_home = os.environ.get("ROS_HOME") or os.path.join(os.path.expanduser("~"), ".ros")
-    return Path(os.path.expanduser(text.replace("$ROS_HOME", ros_home)))
+    return Path(os.path.expanduser(text.replace("$ROS_HOME", str(ros_home()))))
 
 
 def describe_error(error: BaseException, path: Path) -> str:

@@ -286,9 +286,7 @@ class MapWriter:
             if self._since_checkpoint >= max(MIN_CHECKPOINT_BYTES, CHECKPOINT_RATIO * self._replica.nbytes()):
                 self._checkpoint(seq)
         elif kind == PITCH:   # the map resampled at its new pitch, as MapStore.set_pitch does
-            old, self._replica = self._replica, VoxelMap(event[1], self._replica.max_points)
-            if len(old):
-                self._replica.insert(*old.points())
+            self._replica = self._replica.resampled(event[1])
             self._checkpoint(self._seq["map_inserts"])   # replay starts from this pitch
         elif kind == WINDOWS:
             conn.execute("DELETE FROM windows WHERE run = ?", (run,))

@@ -91,7 +91,7 @@ class MetricScaleEstimator:
 
     def __init__(self, window_pairs: int = 50, min_pairs: int = 10, min_motion_m: float = 0.2,
                  min_model_motion: float = 1e-3, max_spread: float = 0.02):
-        if not 2 <= min_pairs <= window_pairs:
+        if not pairs_fit(min_pairs, window_pairs):
             raise ValueError(f"need 2 <= min_pairs <= window_pairs, got min_pairs={min_pairs}, "
                              f"window_pairs={window_pairs}")
         for name, value in (("min_motion_m", min_motion_m), ("min_model_motion", min_model_motion),
@@ -220,6 +220,11 @@ class NoScale(_ConstantScale):
     def __init__(self):
         super().__init__(MetricScale(False, 1.0, math.inf, 0,
                                      "scale_source is none: outputs are in model units"))
+
+
+def pairs_fit(min_pairs: int, window_pairs: int) -> bool:
+    """The estimate's median and MAD need two pairs, and its window must hold ``min_pairs``."""
+    return 2 <= min_pairs <= window_pairs
 
 
 def make_scale_source(name: str, scale: float = 1.0, **estimator_args) -> ScaleSource:

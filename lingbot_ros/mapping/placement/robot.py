@@ -61,7 +61,8 @@ class RobotFrames:
                                  max_spread=s.scale_max_spread)
 
     def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
-        conversion = MapConversion(self._source().state(), rigid_inverse(self.mount), origin_internal, origin_map)
+        conversion = MapConversion(self._source().state(), rigid_inverse(self.mount), origin_internal, origin_map,
+                                   estimated=not self.constant_scale)
         return self._frames(conversion)
 
     def _frames(self, conversion: MapConversion) -> "StreamFrames":

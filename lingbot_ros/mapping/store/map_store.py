@@ -113,10 +113,7 @@ class MapStore:
         pitch = self.voxel_size_m / conversion.scale
         old = self._live.map
         if pitch != old.voxel_size_m:
-            new = VoxelMap(pitch, self.max_points)
-            if len(old):
-                new.insert(*old.points())
-            self._live.swap(new)
+            self._live.swap(old.resampled(pitch))
             self._recorder.pitch(pitch)
 
     def num_points(self) -> int:

@@ -37,6 +37,11 @@ class WindowLayout:
     frames_per_window: int   # Lw = min(L, S)
     step: int                # max(Lw - ov, 1): distance between window starts
 
+    @property
+    def live_overlap_fits(self) -> bool:
+        """One frame at a time reproduces the window list only with 0 <= ov < L (check_live)."""
+        return self.overlap < self.window_frames
+
 
 @dataclass(frozen=True)
 class WindowRule:
@@ -142,7 +147,7 @@ class WindowRule:
         """Raise WindowError unless one frame at a time reproduces the list: 0 <= ov < L. (With
         ov >= L the original keeps only the windows that end the sequence, which needs S.)"""
         lay = self.layout()
-        if lay.overlap >= lay.window_frames:
+        if not lay.live_overlap_fits:
             raise WindowError(
                 f"overlap of {lay.overlap} frames is not shorter than the window of {lay.window_frames} "
                 f"frames (window_size {self.window_size} keyframes at interval "
