@@ -21,12 +21,12 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
 
 Per-stream state lives in one ``StreamState`` that every restart replaces whole; ``Streams``
 (streams.py, with the vocabulary: restart, reset, window switch, session reset) is the one place a
-stream starts (first, after a restart, resumed). Counts and the
-state text live in one immutable ``MapperStatus`` (status.py), the map and trajectory in
-``MapStore`` (store/map_store.py, which says how a saved map stays at one scale), the conversion
-into ``map`` in placement/. The map database (database/recorder.py) hears every pose at the verbs
-below and every map change from MapStore; a ``resume`` setting starts the Mapper as the database's
-last run (database/resume.py).
+stream starts (first, after a restart, resumed). Counts and the state text live in one immutable
+``MapperStatus`` (status.py); a placed output goes to the map, the database and the outcome through
+``Placing`` (placing.py); the map and trajectory live in ``MapStore`` (store/map_store.py, which
+says how a saved map stays at one scale), the conversion into ``map`` in placement/. The map
+database (database/recorder.py) hears every pose and every map change; a ``resume`` setting starts
+the Mapper as the database's last run (database/resume.py).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import torch
 from ..cache import NothingToRollback
 from ..stream import ImageError
 from .database.continuation import continuation_of
-from .database.recorder import StoredFrame, open_recorder
+from .database.recorder import open_recorder
 from .database.resume import load_resumed
 from .factory import SessionBundle
 from .files.export import write_map_files
@@ -50,8 +50,9 @@ from .keyframes import FLUSH, KEEP, ROLLBACK
 from .long_run import make_long_run_policy
 from .outputs import output_of
 from .placement.robot import RobotFrames
+from .placing import Placing
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, InputFrame,
-                      MapperOutput, MapperSnapshot, Notice, SavedMap, StepOutcome)
+                      MapperSnapshot, Notice, SavedMap, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
 from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, seconds_text
 from .status import MapperStatus, init_text, snapshot, tracking_text
@@ -81,6 +82,7 @@ class Mapper:
             if resumed.mount is not None:
                 self.robot.set_mount(resumed.mount, "the resumed run")
         self._streams = Streams(settings, self.robot, self._store, self.preprocessor)
+        self._placing = Placing(self._store, self.recorder, settings)
         self._frames_in = 0              # index of the next input frame (since configure)
         self._status = MapperStatus()
         self._continuation_due = 0.0     # monotonic time of the next continuation stored while mapping
@@ -269,7 +271,7 @@ class Mapper:
                        if MapperSettings.__dataclass_fields__[name].metadata.get("when") != LIVE)
         if fixed:
             raise SettingsError(f"{fixed} cannot change while the Mapper runs")
-        self.settings = self._streams.settings = settings
+        self.settings = self._streams.settings = self._placing.settings = settings
         self._stream.apply_live(settings)
         self.long_run = make_long_run_policy(settings)
 
@@ -422,38 +424,12 @@ class Mapper:
                 "are dropped from now on (the saved trajectory starts later)")))
         store.add_pose(output.index, output.stamp_ns, output.internal_pose)
         self._status = replace(self._status.counted(processed=1), last_placed=output.index)
-        outcome.new.append(output)
-        if final:
-            self._finalise(outcome, output)
-        else:
-            self._stream.windows.hold(output)
-            self.recorder.frame(output, self._stream.windows.number, final=False)
+        self._placing.first(outcome, self._stream, output)
 
     def _rerun(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
-        """An overlap frame run again by the next window: this run's value replaces the earlier
-        one, final unless the frame is in this window's overlap too (overlap > L - overlap)."""
-        windows = self._stream.windows
-        final = windows.is_final(pending.position)
-        output = output_of(self._stream, pending, result, is_keyframe, True, final=final)
-        self._store.replace_pose(output.index, output.internal_pose)
-        if final:
-            windows.finalised(pending.index)
-            self._finalise(outcome, output)
-        else:
-            windows.hold(output)
-            self.recorder.frame(output, windows.number, final=False)
-            outcome.revised.append(output)
-
-    def _finalise(self, outcome, output: MapperOutput) -> None:
-        outcome.final.append(output)
-        windows = self._stream.windows
-        self.recorder.frame(output, windows.number if windows is not None else 0, final=True)
-        if output.is_keyframe:   # the previous keyframe can no longer be rolled back on its own
-            frames = self._stream.frames
-            frames.keyframe(output.stamp_ns, output.internal_pose)
-            self._store.set_pitch(frames.conversion)
-            self._store.hold(output.index, output.internal_points(self.settings.min_confidence,
-                                                                  self.settings.map_points_stride))
+        """An overlap frame run again by the next window (placing.py: which value stays)."""
+        final = self._stream.windows.is_final(pending.position)
+        self._placing.again(outcome, self._stream, output_of(self._stream, pending, result, is_keyframe, True, final))
 
     # -- stream ends -----------------------------------------------------------------------------
 
@@ -470,14 +446,7 @@ class Mapper:
             with torch.inference_mode():
                 self._place(outcome, self.session.close_scale_phase())
         if state.windows is not None:
-            resumed, outputs = state.windows.end()
-            for index, (stamp_ns, points) in resumed.items():   # no re-run reached them: stored values
-                self.recorder.frame(StoredFrame(index, stamp_ns, self._store.internal_pose(index), points is not None),
-                                    state.windows.number, final=True)
-                if points is not None:
-                    self._store.hold(index, points)
-            for output in outputs:
-                self._finalise(outcome, dataclasses.replace(output, provisional=False))
+            self._placing.windows_end(outcome, state)
 
     def _switch_window(self, outcome: StepOutcome) -> None:
         """The current window is full: a new session run starts from its last ``ov`` frames."""
