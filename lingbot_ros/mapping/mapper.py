@@ -215,17 +215,9 @@ class Mapper:
             self._publish_snapshot()
             return "dropped the newest buffered scale frame"
         index = run.stored.pop()
-        self._store.remove_pose(index)
-        self.recorder.removed(index)
+        points = self._placing.undo(self._stream, index)
         self._continuation_due = 0.0   # the stored one may hold this frame: store the next one soon
-        provisional = windows.forget_newest(had_result=True) if windows is not None else None
         self._status = self._status.counted(rolled_back=1)
-        if provisional is not None:
-            points = "it was provisional: its points were never in the map"
-        elif self._store.drop_held(index):
-            points = "its points left the map"
-        else:
-            points = "its points were already merged into the map and stay"
         self._publish_snapshot()
         return (f"rolled back frame {index}: {before} frames in cache before, "
                 f"{self.session.usage().frames_stored} after; {points}")

@@ -1,5 +1,5 @@
 """Where a placed frame's output goes: the trajectory and the map (MapStore), the map database
-(the recorder) and the caller's StepOutcome.
+(the recorder) and the caller's StepOutcome; and ``undo``, where a rolled-back frame leaves them.
 
 A windowed run's provisional outputs are held by its windows until final (published now, final
 when the next window ran them again or the stream ended); a final keyframe is one more sample for
@@ -55,6 +55,18 @@ class Placing:
                 self.store.hold(index, points)
         for output in outputs:
             self.final(outcome, stream, dataclasses.replace(output, provisional=False))
+
+    def undo(self, stream, index: int) -> str:
+        """Frame ``index``, the newest placed, rolled back: out of the trajectory, the database
+        and the windows; what became of its points."""
+        self.store.remove_pose(index)
+        self.recorder.removed(index)
+        provisional = stream.windows.forget_newest(had_result=True) if stream.windows is not None else None
+        if provisional is not None:
+            return "it was provisional: its points were never in the map"
+        if self.store.drop_held(index):
+            return "its points left the map"
+        return "its points were already merged into the map and stay"
 
     def _final_or_held(self, outcome: StepOutcome, stream, output: MapperOutput) -> None:
         if not output.provisional:
