@@ -5,6 +5,8 @@ through the same verbs. The folders, by concept (docs/layout.md has a line per m
 
     mapper.py  streams.py  status.py   the verbs and the frame path; one stream's state and the
                                        one place a stream starts; counts and the snapshot
+    outputs.py  placing.py             a session result as a checked output in ``map``; where a
+                                       placed output goes (map, database, outcome) and its undo
     settings.py  factory.py  records.py  stamps.py  keyframes.py  long_run.py
                                        settings, the model bundle, the typed values in and out,
                                        the stamp, keyframe and long-run policies
