@@ -44,8 +44,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lingbot_ros.mapping import factory
-    from lingbot_ros.mapping.map_writer import MapWriter, stored_bytes
+    from lingbot_ros.mapping import factory, mapper as mapper_code
+    from lingbot_ros.mapping.database.writer import MapWriter, stored_bytes
     from lingbot_ros.mapping.mapper import Mapper
     from lingbot_ros.mapping.records import InputFrame
     from lingbot_ros.mapping.settings import MapperSettings
@@ -86,14 +86,19 @@ def main(argv=None) -> int:
         queue_continuation(*a, **k)
     recorder.continuation = counted
     continuation_ms = []
-    store_continuation = mapper._store_continuation
+    # A continuation stored while mapping: built (mapper.continuation_of), then queued.
+    build, built_at = mapper_code.continuation_of, []
 
-    def timed_store():
-        before, begin = calls["continuation"], time.perf_counter()
-        store_continuation()
-        if calls["continuation"] > before:
-            continuation_ms.append((time.perf_counter() - begin) * 1e3)
-    mapper._store_continuation = timed_store
+    def timed_build(*a, **k):
+        built_at.append(time.perf_counter())
+        return build(*a, **k)
+
+    def timed_queue(*a, **k):
+        counted(*a, **k)
+        if built_at:
+            continuation_ms.append((time.perf_counter() - built_at.pop()) * 1e3)
+    recorder.continuation = timed_queue
+    mapper_code.continuation_of = timed_build
 
     base = cv2.resize((np.random.default_rng(1).random((60, 80)) * 255).astype(np.uint8), (640, 480),
                       interpolation=cv2.INTER_CUBIC)
@@ -101,13 +106,14 @@ def main(argv=None) -> int:
     for index in range(args.frames):
         rgb = np.ascontiguousarray(np.dstack([np.roll(base, 3 * index, axis=1)] * 3))
         mapper.process(InputFrame(rgb=rgb, stamp_ns=index * 33_333_333))
+    mapper_code.continuation_of = build   # the clean end's continuation is not one of them
     mapper.finish()
     wall_s = time.perf_counter() - start
     mapper.close()
     size = stored_bytes(directory / "map.db")
     with sqlite3.connect(directory / "map.db") as conn:
         images, image_bytes = conn.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(jpeg)), 0) FROM keyframe_images").fetchone()
-    points_per_keyframe = len(mapper._store.live_map.points()[0])   # not used for the released estimate
+    points_per_keyframe = len(mapper.store.live_map.points()[0])   # not used for the released estimate
     # The released output size: 518x378 at map_points_stride 4, every point kept (the bound).
     released_points = -(-518 // settings.map_points_stride) * -(-378 // settings.map_points_stride)
     released_bytes_per_keyframe = released_points * 15 + 2 * 128 + 200   # npy headers, row overhead

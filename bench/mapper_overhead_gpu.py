@@ -47,9 +47,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
 
 from bench.long_run_gpu import synthetic_images  # noqa: E402
-from lingbot_ros.mapping import factory, live_windows, records  # noqa: E402
-from lingbot_ros.mapping.points import image_to_rgb_uint8  # noqa: E402
-from lingbot_ros.mapping.similarity import warp_pose_enc  # noqa: E402
+from lingbot_ros.mapping import factory, mapper as mapper_code, records  # noqa: E402
+from lingbot_ros.mapping.windows import live as live_windows  # noqa: E402
+from lingbot_ros.mapping.store.points import image_to_rgb_uint8  # noqa: E402
+from lingbot_ros.mapping.windows.similarity import warp_pose_enc  # noqa: E402
 from lingbot_ros.model.geometry import depth_to_world_points, pose_to_extrinsic  # noqa: E402
 from lingbot_ros.mapping.mapper import Mapper  # noqa: E402
 from lingbot_ros.mapping.records import InputFrame  # noqa: E402
@@ -101,19 +102,21 @@ class Sections:
 
 
 def instrument(mapper: Mapper, sections: Sections) -> None:
+    """Time the parts through what the Mapper and its modules expose (restored by the caller)."""
     mapper.preprocessor = sections.wrap("preprocess", mapper.preprocessor)
-    if mapper._stream.windows is not None:
-        mapper._stream.windows.place = sections.wrap("window place + warp", mapper._stream.windows.place)
-    mapper._output = sections.wrap("output (pose to host, robot frames)", mapper._output)
-    mapper._store._live.insert = sections.wrap("map hand-off", mapper._store._live.insert)
-    mapper._publish_snapshot = sections.wrap("snapshot", mapper._publish_snapshot)
+    windows = mapper.stream.windows
+    if windows is not None:
+        windows.place = sections.wrap("window place + warp", windows.place)
+    mapper_code.output_of = sections.wrap("output (pose to host, robot frames)", mapper_code.output_of)
+    mapper.store.builder.insert = sections.wrap("map hand-off", mapper.store.builder.insert)
+    mapper_code.snapshot = sections.wrap("snapshot", mapper_code.snapshot)
     mapper.session.step = sections.wrap("session.step (host)", mapper.session.step)
 
 
 def stream(mapper: Mapper, images, count: int, skip: int, sections: Sections | None = None,
            profiler=None) -> dict:
     process_ms, model_ms, windows = [], [], []
-    first = mapper._frames_in            # a second pass continues the stream's stamps
+    first = mapper.next_index            # a second pass continues the stream's stamps
     for i in range(skip + count):
         n = first + i
         frame = InputFrame(rgb=images[n % len(images)], stamp_ns=1_000_000_000 + n * 33_333_333)
@@ -178,6 +181,7 @@ def main(argv=None) -> int:
     first.close()
     results, table = {}, {}
     internal_points, warp_frame = records.MapperOutput.internal_points, live_windows.warp_frame
+    output_of, snapshot = mapper_code.output_of, mapper_code.snapshot
     for name in args.variants:
         bundle.session.reset()
         bundle.session.step = step
@@ -190,14 +194,15 @@ def main(argv=None) -> int:
                         if name == "map_database" else settings, bundle)
         sections = profiler = None
         if name == "no_map_insert":
-            mapper._store._live.insert = lambda xyz, rgb: None
+            mapper.store.builder.insert = lambda xyz, rgb: None
         if name == "no_points":
             records.MapperOutput.internal_points = lambda self, c, s: (np.zeros((0, 3), np.float32),
                                                                        np.zeros((0, 3), np.uint8))
         if name == "previous":
             live_windows.warp_frame = previous_warp_frame
             records.MapperOutput.internal_points = previous_internal_points
-            builder, stage = mapper._store._live, mapper._store._live.insert
+            builder = mapper.store.builder
+            stage = builder.insert
             builder.insert = lambda xyz, rgb: (stage(xyz, rgb), builder.release())
         if name == "switch_0.2ms":
             sys.setswitchinterval(0.0002)
@@ -220,6 +225,7 @@ def main(argv=None) -> int:
                 stream(mapper, images, min(args.frames, 200), 0, None, profiler)
         finally:
             records.MapperOutput.internal_points, live_windows.warp_frame = internal_points, warp_frame
+            mapper_code.output_of, mapper_code.snapshot = output_of, snapshot
             sys.setswitchinterval(0.005)
             mapper.close()
         if sections is not None:

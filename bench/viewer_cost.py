@@ -85,9 +85,9 @@ def _ticks(args, outcomes, hook) -> tuple[list, list, list]:
 def _path_read_ms(lengths: list[int]) -> dict:
     """The frame loop's read of the view's path (MapStore.view_path, POSE_BUDGET of them) from a
     trajectory of each length, the best of three."""
-    from lingbot_ros.mapping.frames import MapConversion
-    from lingbot_ros.mapping.map_store import MapStore
-    from lingbot_ros.mapping.metric_scale import MetricScale
+    from lingbot_ros.mapping.placement.conversion import MapConversion
+    from lingbot_ros.mapping.store.map_store import MapStore
+    from lingbot_ros.mapping.placement.metric_scale import MetricScale
     from lingbot_ros.viewer.live_view import POSE_BUDGET
 
     conversion = MapConversion(MetricScale(True, 2.0, 0.0, 10, ""), np.eye(4), np.ones(3), np.zeros(3))

@@ -10,7 +10,7 @@ its own random similarity G_A, G_B (the arbitrary frame and scale of a fresh str
     of drift; B's, at its start, little);
   - depth: per frame a common scale error (--depth-frame-noise, log-normal), per pixel
     --depth-pixel-noise (log-normal), and --outliers of the pixels replaced by 0.1x .. 10x.
-Both estimators of ``lingbot_ros.mapping.similarity.align_window`` then map B onto A (as the
+Both estimators of ``lingbot_ros.mapping.windows.similarity.align_window`` then map B onto A (as the
 windowed run does, A already in its final frame); the truth is G_A G_B^-1. Reported over
 --seeds sequences, median and 90th percentile:
   rotation error (deg), scale error |s/s_true - 1|, and the error of B's noise-free camera centres
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lingbot_ros.mapping.similarity import (ESTIMATORS, align_window, overlap_agreement,  # noqa: E402
+from lingbot_ros.mapping.windows.similarity import (ESTIMATORS, align_window, overlap_agreement,  # noqa: E402
                                             rotations_to_quaternions)
 
 

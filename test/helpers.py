@@ -27,8 +27,9 @@ import pytest
 import torch
 
 from lingbot_ros.io.image_codec import fill_compressed, fill_image
-from lingbot_ros.mapping import factory, map_database as mdb
-from lingbot_ros.mapping.map_readback import load_run
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.database import schema as mdb
+from lingbot_ros.mapping.database.readback import load_run
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from lingbot_ros.mapping.map_writer import FRAME, POINTS, MapWriter
+from lingbot_ros.mapping.database.writer import FRAME, POINTS, MapWriter
 
 
 def pose(index: int) -> np.ndarray:

@@ -1,8 +1,8 @@
-"""mapping/map_builder.py: inserts staged until released, then applied in order off the caller's thread."""
+"""mapping/store/map_builder.py: inserts staged until released, then applied in order off the caller's thread."""
 import numpy as np
 
-from lingbot_ros.mapping.map_builder import MapBuilder
-from lingbot_ros.mapping.voxel_map import VoxelMap
+from lingbot_ros.mapping.store.map_builder import MapBuilder
+from lingbot_ros.mapping.store.voxel_map import VoxelMap
 
 
 def cloud(seed, n=50):

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lingbot_ros.mapping import map_database as mdb
-from lingbot_ros.mapping import map_writer
-from lingbot_ros.mapping.map_readback import replay_map
-from lingbot_ros.mapping.map_writer import CLEARED, FRAME, POINTS, REMOVED, MapWriter
-from lingbot_ros.mapping.voxel_map import VoxelMap
+from lingbot_ros.mapping.database import schema as mdb
+from lingbot_ros.mapping.database import writer as map_writer
+from lingbot_ros.mapping.database.readback import replay_map
+from lingbot_ros.mapping.database.writer import CLEARED, FRAME, POINTS, REMOVED, MapWriter
+from lingbot_ros.mapping.store.voxel_map import VoxelMap
 
 from map_db_writer import points, pose
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import read_ply, read_tum
-from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
+from lingbot_ros.mapping.files.export import read_ply, read_tum
+from lingbot_ros.mapping.placement.conversion import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.records import FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import map_database as mdb
-from lingbot_ros.mapping.export import write_map_files
-from lingbot_ros.mapping.map_recorder import NoRecorder
-from lingbot_ros.mapping.map_store import MapStore
+from lingbot_ros.mapping.database import schema as mdb
+from lingbot_ros.mapping.files.export import write_map_files
+from lingbot_ros.mapping.database.recorder import NoRecorder
+from lingbot_ros.mapping.store.map_store import MapStore
 
 from helpers import assert_database_is_the_mapper, frame, stored_run
 

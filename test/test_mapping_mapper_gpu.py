@@ -12,11 +12,12 @@ import dataclasses
 import numpy as np
 import torch
 
-from lingbot_ros.mapping import factory, read_ply, read_tum
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
-from lingbot_ros.mapping.windows import WindowedRun
+from lingbot_ros.mapping.windows.offline import WindowedRun
 
 from helpers import GPU
 

@@ -139,7 +139,7 @@ def test_a_run_resumed_after_a_crash_at_its_continuation_goes_on_as_a_new_window
     got = finished(resumed, tmp_path / "resumed")
     assert got["trajectory.tum"] == want["trajectory.tum"] and got["windows.csv"] == want["windows.csv"]
     # The map lacks one keyframe's points: the newest final keyframe is held out of the map until
-    # the next one (a rollback may still take it out: map_store.py), so the crash took it.
+    # the next one (a rollback may still take it out: store/map_store.py), so the crash took it.
     lost = vertices(want["map.ply"]) - vertices(got["map.ply"])
     assert 0 < lost <= 112 * 84 // 2**2   # at most one keyframe at map_points_stride 2
 
@@ -273,7 +273,7 @@ def test_resume_refuses_a_run_made_with_other_settings(make_mapper):
 
 
 def _npy(array) -> bytes:
-    from lingbot_ros.mapping.map_database import array_blob
+    from lingbot_ros.mapping.database.blobs import array_blob
     return array_blob(np.asarray(array))
 
 

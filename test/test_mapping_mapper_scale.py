@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lingbot_ros.mapping.metric_scale import MetricScale
+from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
-from lingbot_ros.mapping.robot import applied_scale
-from lingbot_ros.mapping.voxel_map import VoxelMap
+from lingbot_ros.mapping.placement.metric_scale import applied_scale
+from lingbot_ros.mapping.store.voxel_map import VoxelMap
 
 from helpers import GET_SHARED, mapper_of, missing, tiny_settings
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping import read_ply, read_tum
+from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, RESTART, InputFrame
 

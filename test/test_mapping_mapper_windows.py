@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 
 from lingbot_ros.cache import NothingToRollback
-from lingbot_ros.mapping.frames import Placement
+from lingbot_ros.mapping.placement.conversion import Placement
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
-from lingbot_ros.mapping.windows import WindowedRun
+from lingbot_ros.mapping.windows.offline import WindowedRun
 
 from helpers import GET_SHARED, missing
 

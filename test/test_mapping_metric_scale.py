@@ -1,4 +1,4 @@
-"""mapping/metric_scale.py: the scale from synthetic odometry of known scale and noise.
+"""mapping/placement/metric_scale.py: the scale from synthetic odometry of known scale and noise.
 
 The synthetic robot drives in metres (straights, arcs, stops, turns in place); the "model" sees
 its base positions divided by S_TRUE, in a frame of its own (rotated, shifted), with noise and
@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from lingbot_ros.mapping.metric_scale import (SCALE_SOURCES, FixedScale, MetricScale,
+from lingbot_ros.mapping.placement.metric_scale import (SCALE_SOURCES, FixedScale, MetricScale,
                                               MetricScaleEstimator, NoScale, ScaleInputError,
                                               make_scale_source)
-from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
 
 S_TRUE = 3.7          # metres per model unit
 KEYFRAME_NS = 300_000_000

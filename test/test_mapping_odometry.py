@@ -1,4 +1,4 @@
-"""mapping/odometry.py: the odometry buffer and pose interpolation."""
+"""mapping/placement/odometry.py: the odometry buffer and pose interpolation."""
 import math
 import sys
 import threading
@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from lingbot_ros.mapping.odometry import OdometryBuffer, interpolate_pose
+from lingbot_ros.mapping.placement.odometry import OdometryBuffer, interpolate_pose
 
 MS = 1_000_000   # nanoseconds per millisecond
 

@@ -14,15 +14,16 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from lingbot_ros.mapping.keyframes import WORK_WIDTH, MotionPolicy
-from lingbot_ros.mapping.live_windows import ROLLBACK_MARGIN, LiveWindows, Pending
+from lingbot_ros.mapping.keyframes import FLUSH, KEEP, ROLLBACK, WORK_WIDTH, MotionPolicy
+from lingbot_ros.mapping.windows.live import ROLLBACK_MARGIN, LiveWindows, Pending
 from lingbot_ros.mapping.long_run import CacheCaps, NoRestarts
-from lingbot_ros.mapping.metric_scale import MetricScale
+from lingbot_ros.stream.session import CacheUsage
+from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
-from lingbot_ros.mapping.robot import applied_scale
-from lingbot_ros.mapping.similarity import rotations_to_quaternions
-from lingbot_ros.mapping.stream_state import SessionRun
-from lingbot_ros.mapping.windows import WindowError, WindowRule
+from lingbot_ros.mapping.placement.metric_scale import applied_scale
+from lingbot_ros.mapping.windows.similarity import rotations_to_quaternions
+from lingbot_ros.mapping.streams import SessionRun
+from lingbot_ros.mapping.windows.rule import WindowError, WindowRule
 from lingbot_ros.model.geometry import pose_to_extrinsic
 from lingbot_ros.stream import FrameResult
 
@@ -142,9 +143,9 @@ def test_rollback_is_refused_once_the_kept_inputs_are_used_up():
 
 # ----------------------------------------------------------------------------- CacheCaps
 
-def stats(stored: int, kv_bytes, camera_bytes: int) -> dict:
-    kv = None if kv_bytes is None else SimpleNamespace(bytes_in_use=kv_bytes)
-    return {"frames_stored": stored, "kv_cache": kv, "camera_cache_bytes_in_use": camera_bytes}
+def stats(stored: int, kv_bytes, camera_bytes: int) -> CacheUsage:
+    """The session's usage with ``kv_bytes`` of KV cache in use (None: not allocated yet)."""
+    return CacheUsage(frames_stored=stored, pages=0, bytes_allocated=0, bytes_in_use=(kv_bytes or 0) + camera_bytes)
 
 
 @settings(max_examples=300, deadline=None)
@@ -227,6 +228,16 @@ def test_motion_policy_step_by_step():
     assert policy.is_keyframe(shifted(12, size=(640, 360)))   # after a reset: the first frame again
 
 
+def test_the_motion_policy_decides_what_a_stored_frame_becomes():
+    """Phase 1 keeps every frame (it only sets the reference); after it a frame that moved is
+    flushed in, one that did not is rolled back, each measured from the last kept one."""
+    policy = MotionPolicy(min_parallax_px=4.0)
+    steps = [(0, False, KEEP), (2, False, KEEP),           # phase 1: 0 is the reference, 2 moved 1 px
+             (4, True, ROLLBACK), (10, True, FLUSH),      # 2 px, then 5 px from frame 0
+             (12, True, ROLLBACK), (20, True, FLUSH)]     # 1 px, then 5 px from frame 10
+    assert [policy.decide(shifted(px), in_phase2) for px, in_phase2, _ in steps] == [d for *_, d in steps]
+
+
 # ----------------------------------------------------------------------------- SessionRun
 
 def test_session_run_keeps_the_newest_frames_rollback_may_need():
@@ -237,3 +248,16 @@ def test_session_run_keeps_the_newest_frames_rollback_may_need():
     assert list(run.given) == list(range(13, 20)) and list(run.stored) == [18, 19]
     run.awaiting.extend([dataclasses.replace(pending(0), rerun=True), pending(1), pending(2)])
     assert run.buffered_new() == 2   # a window's re-run frame was placed before
+
+
+def test_session_run_says_why_the_newest_frame_cannot_be_rolled_back():
+    run = SessionRun.new(rollback_depth=2, keyframe_interval=1, motion=None)
+    assert "no stored phase-2 frame" in run.rollback_refusal()     # nothing given yet
+    run.awaiting.append(pending(0))
+    assert run.rollback_refusal() == ""                             # a buffered scale frame: dropped
+    run.awaiting.clear()
+    run.given.extend([0, 1, 2])
+    run.stored.extend([1, 2])
+    assert run.rollback_refusal() == ""                             # the newest given is stored
+    run.given.append(3)                                             # not stored (not a keyframe)
+    assert run.rollback_refusal().startswith("the newest frame (3) is not stored in the cache")

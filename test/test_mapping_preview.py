@@ -1,4 +1,4 @@
-"""The pictures: the map preview (mapping/preview.py, written by every save) and the benchmark
+"""The pictures: the map preview (mapping/files/preview.py, written by every save) and the benchmark
 plots (bench/plots.py), opened and checked as images: their size, that they are not blank, and
 that what they must show is there."""
 import importlib.util
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lingbot_ros.mapping.preview import BACKGROUND, PATH_COLOUR, PreviewError, height_colours, preview_png
-from lingbot_ros.mapping.staged_files import write_files
+from lingbot_ros.mapping.files.preview import BACKGROUND, PATH_COLOUR, PreviewError, height_colours, preview_png
+from lingbot_ros.mapping.files.staged_files import write_files
 
 from helpers import need_module, need_path
 

@@ -5,10 +5,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lingbot_ros.mapping import (PlyFormatError, Trajectory, VoxelMap, VoxelRangeError,
-                                 depth_to_points, image_to_rgb_uint8, quaternion_to_rotation,
-                                 read_ply, read_tum, rotation_to_quaternion, select_points,
-                                 write_ply, write_tum)
+from lingbot_ros.mapping.files.export import PlyFormatError, read_ply, read_tum, write_ply, write_tum
+from lingbot_ros.mapping.store.trajectory import Trajectory
+from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation, rotation_to_quaternion
+from lingbot_ros.mapping.store.voxel_map import VoxelMap, VoxelRangeError
+from lingbot_ros.mapping.store.points import depth_to_points, image_to_rgb_uint8, select_points
 from lingbot_ros.mapping.stamps import ns_from_text, seconds_text
 
 

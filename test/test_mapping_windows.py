@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from lingbot_ros.mapping.similarity import (AlignmentError, Similarity, align_window, depth_ratio_scale,
+from lingbot_ros.mapping.windows.similarity import (AlignmentError, Similarity, align_window, depth_ratio_scale,
                                             overlap_agreement, rotations_to_quaternions, warp_frame,
                                             warp_pose_enc)
-from lingbot_ros.mapping.trajectory import rotation_to_quaternion
-from lingbot_ros.mapping.windows import (KEYFRAME, NON_KEYFRAME, PHASE1, WindowedRun, WindowError,
-                                         WindowLayout, WindowRule, frame_type, stitch_plan)
+from lingbot_ros.mapping.placement.geometry import rotation_to_quaternion
+from lingbot_ros.mapping.windows.offline import KEYFRAME, NON_KEYFRAME, PHASE1, WindowedRun, frame_type, stitch_plan
+from lingbot_ros.mapping.windows.rule import WindowError, WindowLayout, WindowRule
 from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
 from lingbot_ros.stream import FrameResult, StreamingSession, StreamSettings

@@ -222,16 +222,18 @@ def test_the_layout_has_one_line_per_module(package):
     what it owns, and no module that is gone; the README links it."""
     assert "(docs/layout.md)" in README.read_text()
     text = LAYOUT.read_text()
-    heading = f"`lingbot_ros/{package}`, one job per module:"
+    heading = f"`lingbot_ros/{package}`, one job per module"
     assert heading in text, f"docs/layout.md has no '{heading}' table"
     rows = []
-    for line in text[text.index(heading) + len(heading):].lstrip("\n").splitlines():
+    table = text[text.index(heading):]
+    for line in table[table.index("\n|"):].lstrip("\n").splitlines():
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
     listed = [row[0].strip("`") for row in rows[2:]]   # after the header and its rule
     assert all(len(row) == 2 and row[1] for row in rows[2:]), rows
-    modules = sorted(p.name for p in (REPO / "lingbot_ros" / package).glob("*.py") if p.name != "__init__.py")
+    root = REPO / "lingbot_ros" / package   # subfolders too, named by their path in the package
+    modules = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.name != "__init__.py")
     missing, stale = sorted(set(modules) - set(listed)), sorted(set(listed) - set(modules))
     assert sorted(listed) == modules, f"docs/layout.md's lingbot_ros/{package} table: missing {missing}, stale " \
                                       f"{stale} (or a module listed twice)"

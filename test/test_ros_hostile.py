@@ -27,7 +27,7 @@ from std_srvs.srv import Trigger
 
 from helpers import (BAG_TOPIC, MapStatus, SaveMap, double_parameter, integer_parameter, interrupt_and_check_exit,
                      string_parameter, synthetic_jpeg)
-from lingbot_ros.mapping.export import read_ply, read_tum
+from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.ros.status import frames_accounted
 
 from helpers import need_module, need_path
@@ -630,7 +630,7 @@ NAN_POSE = np.full(16, np.nan).tobytes()
 
 
 def _npy(array) -> bytes:
-    from lingbot_ros.mapping.map_database import array_blob
+    from lingbot_ros.mapping.database.blobs import array_blob
     return array_blob(np.asarray(array))
 
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs on
 from geometry_msgs.msg import Quaternion, Vector3  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
 
-from lingbot_ros.mapping.export import read_ply, write_files, write_ply  # noqa: E402
+from lingbot_ros.mapping.files.export import read_ply, write_files, write_ply  # noqa: E402
 from lingbot_ros.ros import services  # noqa: E402
 from lingbot_ros.ros.messages import header_stamp_ns  # noqa: E402
 from lingbot_ros.ros.input_checks import (ImageClock, Refused, check_camera_info, check_odometry,  # noqa: E402

@@ -8,7 +8,7 @@ import pycolmap
 import pytest
 
 from helpers import SaveMap, interrupt_and_check_exit
-from lingbot_ros.mapping import read_ply
+from lingbot_ros.mapping.files.export import read_ply
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 SETTINGS = ("process_all_frames:=true", "long_run_policy:=windowed", "window_size:=10", "overlap_size:=4",
@@ -126,7 +126,7 @@ def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny,
     import signal
     import sqlite3
 
-    from lingbot_ros.mapping import map_database as mdb
+    from lingbot_ros.mapping.database import schema as mdb
 
     fixture, bag = tiny
     database = tmp_path / "map.db"

@@ -16,7 +16,7 @@ from rcl_interfaces.srv import SetParameters  # noqa: E402
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from lingbot_ros.mapping import read_ply, read_tum  # noqa: E402
+from lingbot_ros.mapping.files.export import read_ply, read_tum  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 

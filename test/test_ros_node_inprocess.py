@@ -26,7 +26,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
 from helpers import SETUP, missing, need_path, stamp_ns, unpack_points, wait_until  # noqa: E402
 
-from lingbot_ros.mapping.trajectory import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
+from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 

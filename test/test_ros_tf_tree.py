@@ -7,7 +7,7 @@ from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
 
 need_module("rclpy", module_level=True)
 pytestmark = pytest.mark.ros   # needs rclpy: runs on Jazzy too (.ci/run runs only `ros` there)
-from lingbot_ros.mapping.frames import rigid_inverse as inverse  # noqa: E402
+from lingbot_ros.mapping.placement.geometry import rigid_inverse as inverse  # noqa: E402
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.tf_lookup import StaticTree  # noqa: E402
 

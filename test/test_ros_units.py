@@ -10,7 +10,7 @@ import yaml
 
 from helpers import unpack_points
 
-from lingbot_ros.mapping.frames import R_MAP_FROM_OPTICAL, Placement
+from lingbot_ros.mapping.placement.conversion import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import SettingsError
@@ -270,9 +270,9 @@ def test_motion_policy_keeps_moving_frames_only():
 def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():
     from builtin_interfaces.msg import Time
 
-    from lingbot_ros.mapping.robot import RobotFrames
+    from lingbot_ros.mapping.placement.robot import RobotFrames
     from lingbot_ros.mapping.settings import MapperSettings
-    from lingbot_ros.mapping.trajectory import Trajectory
+    from lingbot_ros.mapping.store.trajectory import Trajectory
     from lingbot_ros.ros.outputs import PathCache
 
     trajectory = Trajectory()

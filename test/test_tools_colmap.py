@@ -13,8 +13,8 @@ import numpy as np
 import pycolmap
 import pytest
 
-from lingbot_ros.mapping import read_ply, read_tum
-from lingbot_ros.mapping.robot import parse_mount
+from lingbot_ros.mapping.files.export import read_ply, read_tum
+from lingbot_ros.mapping.placement.geometry import parse_mount
 from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.mapping.stamps import ns_from_text
 from lingbot_ros.tools import map_db, offline
@@ -154,9 +154,9 @@ def test_offline_refuses_a_model_before_the_run(tmp_path, capsys):
 def test_the_database_keeps_an_image_as_long_as_its_pose(tmp_path):
     """The writer stores a final keyframe's image with its pose and drops it with it: a rollback,
     the trajectory's bound, a reset (the offline run above checks the stored bytes themselves)."""
-    from lingbot_ros.mapping import map_database as mdb
-    from lingbot_ros.mapping.map_readback import load_keyframe_images
-    from lingbot_ros.mapping.map_writer import CLEARED, FRAME, IMAGE, REMOVED, MapWriter
+    from lingbot_ros.mapping.database import schema as mdb
+    from lingbot_ros.mapping.database.readback import load_keyframe_images
+    from lingbot_ros.mapping.database.writer import CLEARED, FRAME, IMAGE, REMOVED, MapWriter
 
     path = tmp_path / "map.db"
     writer = MapWriter(path, {"camera_mount": "0 0 0 0 0 0"}, "test", commit_s=0.05, max_runs=0, max_mb=0.0,

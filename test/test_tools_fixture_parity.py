@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lingbot_ros.mapping import factory
-from lingbot_ros.mapping.windows import WindowRule, frame_type, stitch_plan
+from lingbot_ros.mapping.windows.offline import frame_type, stitch_plan
+from lingbot_ros.mapping.windows.rule import WindowRule
 from lingbot_ros.stream import SettingsError
 from lingbot_ros.tools import fixture
 

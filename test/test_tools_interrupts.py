@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import REPO, wait_until
-from lingbot_ros.mapping.export import read_ply
+from lingbot_ros.mapping.files.export import read_ply
 
 TIMEOUT = 120.0   # the tools start torch and a model on a shared 2-core machine
 SHUTDOWN_NOISE = ("Traceback", "never retrieved", "Task was destroyed")

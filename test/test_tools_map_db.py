@@ -119,12 +119,12 @@ def test_an_output_path_that_is_the_database_is_refused_and_nothing_is_written(s
 
 
 def _npy(array) -> bytes:
-    from lingbot_ros.mapping.map_database import array_blob
+    from lingbot_ros.mapping.database.blobs import array_blob
     return array_blob(np.asarray(array))
 
 
 def _far_points(conn) -> bytes:
-    from lingbot_ros.mapping.map_database import blob_array
+    from lingbot_ros.mapping.database.blobs import blob_array
     xyz = blob_array(conn.execute("SELECT xyz FROM map_inserts WHERE seq = 2").fetchone()[0])
     return _npy(np.full_like(xyz, 1e30))
 
@@ -167,7 +167,7 @@ def test_a_damaged_record_is_one_line_naming_it_the_rest_is_exported_and_the_exi
     import shutil
     import sqlite3
 
-    from lingbot_ros.mapping.export import read_ply, read_tum
+    from lingbot_ros.mapping.files.export import read_ply, read_tum
 
     sql, parameters, record, exports = DAMAGES[damage]
     database = tmp_path / "map.db"

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from lingbot_ros.mapping import depth_to_points, read_ply, read_tum
-from lingbot_ros.mapping.frames import Placement
+from lingbot_ros.mapping.store.points import depth_to_points
+from lingbot_ros.mapping.files.export import read_ply, read_tum
+from lingbot_ros.mapping.placement.conversion import Placement
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
-from lingbot_ros.mapping.staged_files import StagedFiles
+from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.model import ModelConfig, build_model, load_checkpoint
 from lingbot_ros.stream import Preprocessor, StreamingSession, StreamSettings
 from lingbot_ros.tools.offline import FrameWriter, main

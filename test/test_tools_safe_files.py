@@ -1,4 +1,4 @@
-"""Files written all or none (mapping/staged_files.py), through the tools that write them, on real
+"""Files written all or none (mapping/files/staged_files.py), through the tools that write them, on real
 files: a failure half way keeps the previous files and leaves no temporary file; a symlink at a
 target is replaced, not followed. And lingbot-ros-map on a database whose stored settings lack
 keys added later."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lingbot_ros.mapping.export import read_ply, write_files
-from lingbot_ros.mapping.staged_files import StagedFiles
+from lingbot_ros.mapping.files.export import read_ply, write_files
+from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.tools import map_db, offline
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")

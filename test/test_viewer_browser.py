@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lingbot_ros.mapping import read_ply, read_tum
-from lingbot_ros.mapping.map_view import stride
+from lingbot_ros.mapping.files.export import read_ply, read_tum
+from lingbot_ros.mapping.store.map_view import stride
 
 from browser import Browser
 

@@ -14,14 +14,14 @@ import websockets
 
 from lingbot_ros.io.sources import open_source
 from lingbot_ros.mapping import factory
-from lingbot_ros.mapping.frames import MapConversion
-from lingbot_ros.mapping.map_store import MapStore
-from lingbot_ros.mapping.map_view import sample_path, stride
+from lingbot_ros.mapping.placement.conversion import MapConversion
+from lingbot_ros.mapping.store.map_store import MapStore
+from lingbot_ros.mapping.store.map_view import sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
-from lingbot_ros.mapping.metric_scale import MetricScale
+from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
-from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
 from lingbot_ros.mapping.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 

@@ -2,7 +2,9 @@
 
 Parallax = median optical-flow displacement (pixels, at ``work_width``) of corners tracked from
 the last keyframe into the current frame (OpenCV pyramidal Lucas-Kanade). Pure functions on
-images; the Mapper decides what to do with the answer (keep and flush, or roll back).
+images; ``MotionPolicy.decide`` says what the frame the session just stored becomes: KEEP (a
+scale frame: the reference only), FLUSH (a keyframe: its deferred evictions become final) or
+ROLLBACK (the view did not move: the frame leaves the cache again).
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import numpy as np
 WORK_WIDTH = 320
 # Too few tracked corners (texture-less view, big jump) means the frame is new content: keyframe.
 MIN_TRACKED = 12
+
+# What the Mapper does with a frame the session stored (decide).
+KEEP, FLUSH, ROLLBACK = "keep", "flush", "rollback"
 
 
 def to_work_gray(rgb: np.ndarray) -> np.ndarray:
@@ -58,3 +63,11 @@ class MotionPolicy:
         if keep:
             self._reference = gray
         return keep
+
+    def decide(self, rgb: np.ndarray, in_phase2: bool) -> str:
+        """The consequence for a frame just stored: phase-1 frames are kept (they only set the
+        reference); a phase-2 frame is flushed in if the view moved enough, else rolled back."""
+        moved = self.is_keyframe(rgb)
+        if not in_phase2:
+            return KEEP
+        return FLUSH if moved else ROLLBACK

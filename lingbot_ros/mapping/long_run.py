@@ -4,15 +4,16 @@
 3D RoPE's trained range is 1024) or the cache memory reaches ``max_cache_mb``; the map continues
 from the last pose. ``none``: never (the cost per frame grows with the special tokens kept).
 The windowed policy does not restart a stream (a window switch is not a restart); it lives in
-live_windows.py.
+windows/live.py.
 """
 from __future__ import annotations
 
+from ..stream.session import CacheUsage
 from .settings import MapperSettings
 
 
 class NoRestarts:
-    def restart_reason(self, stats: dict) -> str | None:
+    def restart_reason(self, usage: CacheUsage) -> str | None:
         return None
 
 
@@ -20,14 +21,12 @@ class CacheCaps(NoRestarts):
     def __init__(self, max_keyframes: int, max_cache_mb: float):
         self.max_keyframes, self.max_cache_mb = max_keyframes, max_cache_mb
 
-    def restart_reason(self, stats: dict) -> str | None:
-        """``stats``: StreamingSession.stats()."""
-        stored = stats["frames_stored"]
+    def restart_reason(self, usage: CacheUsage) -> str | None:
+        stored = usage.frames_stored
         if self.max_keyframes and stored >= self.max_keyframes:
             return f"cache cap: {stored} keyframes stored (max_keyframes={self.max_keyframes})"
         # Memory in use, not allocated: a restart keeps the buffers for the next stream.
-        kv = stats["kv_cache"]
-        nbytes = (0 if kv is None else kv.bytes_in_use) + stats["camera_cache_bytes_in_use"]
+        nbytes = usage.bytes_in_use
         if self.max_cache_mb and nbytes >= self.max_cache_mb * 2**20:
             return f"cache cap: {nbytes / 2**20:.1f} MB in use (max_cache_mb={self.max_cache_mb:g})"
         return None

@@ -16,39 +16,24 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up(size) -> float            dummy frames before the first real one (seconds)
     map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    view(point_budget, pose_budget) -> Future[MapView]   samples for a live view (map_view.py), no change
+    view(point_budget, pose_budget) -> Future[MapView]   samples for a live view (store/map_view.py), no change
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
-Vocabulary (code, notices, status and diagnostics use it alike):
-
-    restart        a stream ends and the next begins: the session, the stamp rule's reference,
-                   the scale estimate and the window bookkeeping start anew (``_end_stream``, the
-                   one path). It keeps the map (an image size change, a model failure, the reset
-                   policy's cache cap: the next stream continues from the last pose) or clears it
-                   (a stamp gap or jump back, a reset). Counted in ``snapshot.restarts``
-                   (MapStatus ``restarts``, diagnostics ``stream_restarts``); the state is
-                   RESTARTED until the new stream's first pose, its text "restarted: <reason>".
-    reset          the operator's verb (``reset``, the node's ~/reset): a restart that clears
-                   the map. (The ``reset`` long-run policy is named for the session it resets at a
-                   cap; its restarts keep the map.)
-    window switch  the windowed policy's next window: the same stream, a new session run
-                   (stream_state.py); not a restart, never announced as one.
-    session reset  ``StreamingSession.reset()``, done at every restart and window switch.
-
-Per-stream state lives in one ``StreamState`` (stream_state.py) that every restart replaces
-whole through ``_end_stream``; the map and trajectory in ``MapStore`` (map_store.py, which says
-how a saved map stays at one scale); the conversion into ``map`` in frames.py. The map database
-(map_recorder.py) hears every pose at the verbs below and every map change from MapStore; a
-``resume`` setting starts the Mapper as the database's last run (map_resume.py).
+Per-stream state lives in one ``StreamState`` that every restart replaces whole; ``Streams``
+(streams.py, with the vocabulary: restart, reset, window switch, session reset) is the one place a
+stream starts (first, after a restart, resumed). Counts and the state text live in one immutable
+``MapperStatus`` (status.py); a placed output goes to the map, the database and the outcome through
+``Placing`` (placing.py); the map and trajectory live in ``MapStore`` (store/map_store.py, which
+says how a saved map stays at one scale), the conversion into ``map`` in placement/. The map
+database (database/recorder.py) hears every pose and every map change; a ``resume`` setting starts
+the Mapper as the database's last run (database/resume.py).
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
-import math
 import time
-import typing
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -56,55 +41,27 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .export import write_map_files
+from .database.continuation import continuation_of
+from .database.recorder import open_recorder
+from .database.resume import load_resumed
 from .factory import SessionBundle
-from .keyframes import MotionPolicy
-from .live_windows import LiveWindows, Pending
-from .map_store import MapStore
-from .map_view import MapView
+from .files.export import write_map_files
+from .files.staged_files import StagedFiles
+from .keyframes import FLUSH, KEEP, ROLLBACK
 from .long_run import make_long_run_policy
-from .map_recorder import open_recorder
-from .map_resume import load_resumed
-from .points import to_numpy
-from .robot import RobotFrames, StreamFrames
+from .outputs import output_of
+from .placement.robot import RobotFrames
+from .placing import Placing
 from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, WARMUP,
-                      InputFrame, MapperOutput, MapperSnapshot, Notice, StepOutcome)
+                      InputFrame, MapperSnapshot, Notice, SavedMap, StepOutcome)
 from .settings import LIVE, MapperSettings, SettingsError
-from .staged_files import StagedFiles
-from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, StampPolicy, seconds_text
-from .stream_state import SessionRun, StreamState
-from .trajectory import StampedPose, Trajectory
+from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, seconds_text
+from .status import MapperStatus, init_text, snapshot, tracking_text
+from .store.map_store import MapStore
+from .store.trajectory import StampedPose, Trajectory
+from .streams import StreamState, Streams
+from .windows.live import Pending
 from .warmup_size import WarmupSize, warmup_size
-
-
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def _finite_float32(value: float) -> bool:
-    """``value`` is finite and stays so as the float32 the outputs are published in."""
-    return math.isfinite(value) and abs(value) <= _FLOAT32_MAX
-
-
-class _StoredFrame(typing.NamedTuple):
-    """A resumed frame's stored value, for the recorder (what it reads of a MapperOutput)."""
-
-    index: int
-    stamp_ns: int
-    internal_pose: np.ndarray
-    is_keyframe: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedMap:
-    ply_path: str
-    tum_path: str
-    num_points: int
-    num_poses: int
-
-    @property
-    def message(self) -> str:
-        return (f"wrote {self.num_points} points to {self.ply_path} and {self.num_poses} poses to "
-                f"{self.tum_path} (a top-down picture beside them: preview.png)")
 
 
 class Mapper:
@@ -116,7 +73,7 @@ class Mapper:
         self.long_run = make_long_run_policy(settings)
         self.robot = RobotFrames(settings)
         resumed, resume_text = (load_resumed(settings, bundle.device, bundle.preprocessor) if settings.resume
-                                 else (None, ""))
+                                else (None, ""))
         self.recorder = open_recorder(settings, bundle.description,   # the map database, or none
                                       resume_from=resumed.run if resumed else None)
         self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses,
@@ -125,87 +82,22 @@ class Mapper:
             self._store.resume(resumed.trajectory, resumed.voxel_map, resumed.finished)
             if resumed.mount is not None:
                 self.robot.set_mount(resumed.mount, "the resumed run")
-        self._records: list = []         # window records of the ended streams still in the map
+        self._streams = Streams(settings, self.robot, self._store, self.preprocessor)
+        self._placing = Placing(self._store, self.recorder, settings)
         self._frames_in = 0              # index of the next input frame (since configure)
-        self._counts = collections.Counter()
-        self._state, self._state_text = WAITING, "waiting for images"
-        self._last_error = ""
-        self._last_frame: InputFrame | None = None
+        self._status = MapperStatus()
         self._warmed: WarmupSize | None = None   # until the first frame: what warm_up prepared
-        self._last_placed: int | None = None   # index of the newest frame that got its pose
-        self._last_map_pose: np.ndarray | None = None   # T_M_camera where the last ended stream stopped
-        self._model_ms = 0.0
-        self._warned_trajectory_bound = False
-        self._restart_reason = ""
         self._continuation_due = 0.0     # monotonic time of the next continuation stored while mapping
-        self._resume_note = None         # (windows, number, text): the resumed window's status says so
-        self._stream = self._new_stream(*self.robot.first_stream())
+        self._stream = self._streams.first()
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
         if resumed is not None:
-            resume_text = self._continue(resumed)
+            self._frames_in = resumed.next_index
+            self._stream, resume_text = self._streams.resumed(resumed, self._stream)
+            if self._stream.resume_note is not None:   # a crash now resumes the same
+                self.recorder.continuation(self._continuation(with_points=False))
         if resume_text:
-            self._set_state(WAITING, f"{resume_text}; waiting for images")
+            self._enter(WAITING, f"{resume_text}; waiting for images")
         self._publish_snapshot()   # the database's run holds the conversion (a fixed scale) from the start
-
-    def _continue(self, resumed) -> str:
-        """The stored run's map and trajectory are this Mapper's; its first frame continues them:
-        the next window aligned to the stored window's last frames (as ``new_window`` does live)
-        in the stored stream, at its scale; or, without them, a new stream from the last pose."""
-        self._frames_in = resumed.next_index
-        where = f"resumed run {resumed.run} ({resumed.ending}) at frame {resumed.next_index}"
-        constant = self.robot.constant_scale
-        if (self._stream.windows is not None and resumed.placement is not None and resumed.overlap
-                and (constant or "odometry_stamps_ns" in resumed.carried)):
-            frames = self._stream.frames
-            if not constant:   # the stored stream's scale estimate and the odometry it reads go on
-                frames = self.robot.resumed_stream(resumed.conversion, resumed.carried)
-                for stamp_ns, pose in zip(resumed.carried["odometry_stamps_ns"].tolist(),
-                                          resumed.carried["odometry_poses"]):
-                    self.robot.odometry.add(stamp_ns, pose)
-            self._stream = state = self._new_stream(resumed.placement, frames)
-            windows = state.windows
-            windows.records = list(resumed.records)
-            inputs = [Pending(InputFrame(rgb=rgb, stamp_ns=stamp_ns), index, 0, False, self.preprocessor(rgb))
-                      for index, stamp_ns, rgb, _ in resumed.overlap]
-            windows.resume(resumed.window, inputs, [result for *_, result in resumed.overlap], resumed.provisional)
-            first, last = inputs[0].index, inputs[-1].index
-            self.recorder.continuation(self._continuation(with_points=False))   # a crash now resumes the same
-            self._resume_note = (windows, resumed.window + 1, where)
-            return f"{where}: window {resumed.window + 1} aligns to its stored frames {first}-{last}"
-        why = resumed.stale or "no overlap frames stored"
-        if not constant:   # the stored stream ends: the next one has a scale of its own
-            newest = self._store.newest_poses(1, resumed.conversion)
-            if newest:
-                entry, conversion = newest[0]
-                self._last_map_pose = (conversion.camera_pose(entry.pose) if conversion is not None
-                                       else entry.pose @ self.robot.mount)
-            self._store.end_stream(resumed.conversion)
-            self._records = list(resumed.records)
-            if self._last_map_pose is None:
-                return f"{where}: it holds no frame, a new map starts"
-            self._stream = self._new_stream(*self.robot.continuing_stream(self._last_map_pose))
-            return f"{where}: {why}, a new stream at its own scale continues from the last pose"
-        newest = self._store.newest_poses(1, self._stream.frames.conversion)
-        if newest:   # as a restart that keeps the map: the stored windows are an ended stream's
-            self._records = list(resumed.records)
-            self._stream = self._new_stream(*self.robot.continuing_in(self._stream.frames.conversion,
-                                                                      newest[0][0].pose))
-            return f"{where}: {why}, a new stream continues from the last pose"
-        return f"{where}: it holds no frame, a new map starts"
-
-    # -- per-stream state ------------------------------------------------------------------------
-
-    def _new_stream(self, placement, frames: StreamFrames) -> StreamState:
-        s = self.settings
-        windows = LiveWindows(s.window_rule(), s.window_alignment) if s.long_run_policy == "windowed" else None
-        return StreamState(placement=placement, frames=frames,
-                           stamps=StampPolicy(s.max_stamp_gap_s, s.max_stamp_jitter_s),
-                           windows=windows, run=self._new_run())
-
-    def _new_run(self) -> SessionRun:
-        s = self.settings
-        motion = MotionPolicy(s.keyframe_min_parallax_px) if s.keyframe_policy == "motion" else None
-        return SessionRun.new(s.scale_frames + s.sliding_window + 1, s.keyframe_interval, motion)
 
     # -- verbs -----------------------------------------------------------------------------------
 
@@ -213,12 +105,27 @@ class Mapper:
     def snapshot(self) -> MapperSnapshot:
         return self._snapshot
 
+    @property
+    def stream(self) -> StreamState:
+        """The current stream (read it; the Mapper replaces it at every restart)."""
+        return self._stream
+
+    @property
+    def store(self) -> MapStore:
+        """The map and trajectory in memory."""
+        return self._store
+
+    @property
+    def next_index(self) -> int:
+        """The index the next input frame gets (frames are counted since configure)."""
+        return self._frames_in
+
     def warm_up(self, size: WarmupSize | None = None) -> float:
         """Run dummy frames of ``size`` (default: warmup_size.py's rule with nothing found)
         through both phases (kernel builds, the CUDA graph capture, which survives the reset),
         then leave the session empty. Only before the first real frame: a live stream is never
         disturbed."""
-        if self._last_frame is not None:
+        if self._status.last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
         size = self._warmed = size or warmup_size(self.settings)
@@ -268,8 +175,8 @@ class Mapper:
         state.stamps.accept(frame.stamp_ns)
         index = self._frames_in
         self._frames_in += 1
-        self._last_frame = outcome.taken = frame
-        self._model_ms = 0.0
+        outcome.taken = frame
+        self._status = replace(self._status, last_frame=frame, model_ms=0.0)
         try:
             if state.windows is not None and state.windows.switch_due:
                 self._switch_window(outcome)
@@ -277,7 +184,7 @@ class Mapper:
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
             self._fail(outcome, frame, index, error)
             return
-        reason = self.long_run.restart_reason(self.session.stats())
+        reason = self.long_run.restart_reason(self.session.usage())
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
         else:
@@ -301,53 +208,36 @@ class Mapper:
         NothingToRollback, having changed nothing, when the newest frame cannot be undone: none
         given, a phase-1 frame already placed, a frame not stored in the cache (keyframe
         interval, motion policy) or one a window runs again for its alignment."""
-        state = self._stream
-        run, windows = state.run, state.windows
+        run, windows = self._stream.run, self._stream.windows
         buffered = bool(run.awaiting)
-        if not buffered:
-            if not run.stored:
-                raise NothingToRollback("no stored phase-2 frame to roll back (phase-1 frames need a reset)")
-            if not run.given or run.given[-1] != run.stored[-1]:
-                newest = run.given[-1] if run.given else "?"
-                raise NothingToRollback(
-                    f"the newest frame ({newest}) is not stored in the cache (not a keyframe): only the "
-                    "newest frame can be rolled back, and only while it is stored")
-        why = windows.refuses_rollback(had_result=not buffered) if windows is not None else ""
+        why = run.rollback_refusal() or (windows.refuses_rollback(had_result=not buffered) if windows else "")
         if why:
             raise NothingToRollback(why)
-        before = self._cache_numbers()[0]
+        before = self.session.usage().frames_stored
         self.session.rollback_last_frame()        # refuses before changing anything
         run.given.pop()
         if buffered:                               # a buffered phase-1 frame was dropped
             run.awaiting.pop()                     # its index stays used: indices never repeat
             if windows is not None:
                 windows.forget_newest(had_result=False)
-            self._set_state(INITIALISING, self._init_text())
+            self._enter(INITIALISING, self._init_text())
             self._publish_snapshot()
             return "dropped the newest buffered scale frame"
         index = run.stored.pop()
-        self._store.remove_pose(index)
-        self.recorder.removed(index)
+        points = self._placing.undo(self._stream, index)
         self._continuation_due = 0.0   # the stored one may hold this frame: store the next one soon
-        provisional = windows.forget_newest(had_result=True) if windows is not None else None
-        self._counts["rolled_back"] += 1
-        if provisional is not None:
-            points = "it was provisional: its points were never in the map"
-        elif self._store.drop_held(index):
-            points = "its points left the map"
-        else:
-            points = "its points were already merged into the map and stay"
+        self._status = self._status.counted(rolled_back=1)
         self._publish_snapshot()
-        return (f"rolled back frame {index}: {before} frames in cache before, {self._cache_numbers()[0]} "
-                f"after; {points}")
+        return (f"rolled back frame {index}: {before} frames in cache before, "
+                f"{self.session.usage().frames_stored} after; {points}")
 
     def flush(self) -> str:
-        before = self._cache_numbers()
+        before = self.session.usage()
         self.session.flush()
-        after = self._cache_numbers()
+        after = self.session.usage()
         self._publish_snapshot()
-        return (f"flushed deferred evictions: {before[0]} frames / {before[1]} pages before, "
-                f"{after[0]} / {after[1]} after")
+        return (f"flushed deferred evictions: {before.frames_stored} frames / {before.pages} pages before, "
+                f"{after.frames_stored} / {after.pages} after")
 
     def new_window(self) -> str:
         """Start the next window at the next frame (an operator entering a new area). The last
@@ -382,11 +272,8 @@ class Mapper:
                        if MapperSettings.__dataclass_fields__[name].metadata.get("when") != LIVE)
         if fixed:
             raise SettingsError(f"{fixed} cannot change while the Mapper runs")
-        self.settings = settings
-        state = self._stream
-        if state.run.motion is not None:
-            state.run.motion.min_parallax_px = settings.keyframe_min_parallax_px
-        state.stamps.set_limits(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
+        self.settings = self._streams.settings = self._placing.settings = settings
+        self._stream.apply_live(settings)
         self.long_run = make_long_run_policy(settings)
 
     def map_points(self) -> tuple[np.ndarray, np.ndarray]:
@@ -402,61 +289,12 @@ class Mapper:
         return xyz, rgb
 
     def view(self, point_budget: int, pose_budget: int) -> Future:
-        """What a live view draws (map_view.py): even samples of the map (provisional keyframes
+        """What a live view draws (store/map_view.py): even samples of the map (provisional keyframes
         included, as in ``map_points``) and of the camera path. The future's MapView: the path
         is read here, the map sampled on the map builder's thread (the frame loop never waits
         for the map). Reads without changing anything: the held keyframe stays undoable."""
-        conversion = self._stream.frames.conversion
-        positions, poses = self._store.view_path(conversion, pose_budget)
-        units, voxel_size = "m" if conversion.metric.known else "model units", self.settings.map_voxel_size_m
-        return self._store.view_points(conversion, self._provisional_points(), point_budget,
-                                       lambda xyz, rgb, total: MapView(xyz, rgb, total, positions, poses,
-                                                                       units=units, voxel_size=voxel_size))
-
-    def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """A windowed run's provisional keyframes' points (in I) with their current values: a
-        resumed window's stored ones first, then the current window's."""
-        s, windows = self.settings, self._stream.windows
-        if windows is None:
-            return []
-        stored = [points for _, points in windows.resumed.values() if points is not None]
-        return stored + [o.internal_points(s.min_confidence, s.map_points_stride)
-                         for o in windows.provisional() if o.is_keyframe]
-
-    def _continuation(self, with_points: bool) -> tuple:
-        """What a resumed run needs to start the next window: (window number, next frame index,
-        placement, the window's last ov frames as (index, stamp_ns, rgb, pose_enc, depth, keyframe),
-        its provisional frames as (index, points stored) in the order of their points, the
-        stream's scale state and odometry as arrays: StreamFrames.stored). Without
-        points (a continuation stored while mapping) no provisional frame has stored points: the
-        resumed window runs them again anyway, as they are among its last ov frames."""
-        state = self._stream
-        windows, overlap = state.windows, []
-        if windows is not None and not windows.switch_refusal():
-            frames = list(windows.inputs)[-windows.overlap:]
-            for pending, result in zip(frames, list(windows.tail)[-windows.overlap:]):
-                overlap.append((pending.index, pending.frame.stamp_ns, pending.frame.rgb, to_numpy(result.pose_enc),
-                                to_numpy(result.depth), bool(result.is_keyframe)))
-        provisional = [] if windows is None else (
-            [(index, with_points and points is not None) for index, (_, points) in windows.resumed.items()]
-            + [(o.index, with_points and o.is_keyframe) for o in windows.provisional()])
-        # The stream's scale state, and the odometry its frames' next keyframe look-ups read.
-        carried = state.frames.stored()
-        if overlap and not self.robot.constant_scale:
-            carried["odometry_stamps_ns"], carried["odometry_poses"] = self.robot.odometry.samples_since(overlap[0][1])
-        return (windows.number if windows is not None else 0, self._frames_in, state.placement, overlap, provisional,
-                carried)
-
-    def _store_continuation(self) -> None:
-        """While mapping, at most every map_database_continuation_s: the continuation a resume
-        after a crash aligns to (its bytes: README, The map database)."""
-        period, windows = self.settings.map_database_continuation_s, self._stream.windows
-        now = time.monotonic()
-        if (not period or now < self._continuation_due or windows is None or not self.recorder.active
-                or windows.switch_refusal()):
-            return
-        self._continuation_due = now + period
-        self.recorder.continuation(self._continuation(with_points=False))
+        return self._store.view(self._stream.frames.conversion, self._provisional_points(), point_budget,
+                                pose_budget)
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""
@@ -477,11 +315,11 @@ class Mapper:
     def window_records(self) -> list:
         """The windows of what is saved (ended streams still in the map, then the current one)."""
         windows = self._stream.windows
-        return self._records + (windows.records if windows is not None else [])
+        return self._streams.ended_records + (windows.records if windows is not None else [])
 
     def save(self, directory: str | Path, staged: StagedFiles | None = None) -> SavedMap:
         """The map's files in ``directory``, all or none; with ``staged`` only staged there, for
-        the caller to commit with its own files (export.write_map_files)."""
+        the caller to commit with its own files (files/export.write_map_files)."""
         xyz, rgb = self.map_points()
         trajectory = self.saved_trajectory()
         ply, tum = write_map_files(directory, xyz, rgb, trajectory,
@@ -511,11 +349,11 @@ class Mapper:
         if self._frames_in:
             return False
         self.robot.set_mount(base_camera, source)
-        self._stream = self._new_stream(*self.robot.first_stream())
+        self._stream = self._streams.first()
         self._publish_snapshot()
         return True
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- the frame path --------------------------------------------------------------------------
 
     def _run(self, outcome: StepOutcome, pending: Pending) -> None:
         """Give one frame to the session and place whatever results come back."""
@@ -529,26 +367,23 @@ class Mapper:
         start = time.perf_counter()
         with torch.inference_mode():
             # Motion policy: store the frame (deferred eviction keeps the rollback exact), then
-            # keep it and flush if the view moved enough, or roll it back. Scale frames are kept.
+            # the policy keeps it and flushes if the view moved enough, or rolls it back.
             results = session.step(pending.image, keyframe=True if run.motion is not None else None)
-            kept = True
-            if run.motion is not None:
-                moved = run.motion.is_keyframe(pending.frame.rgb)   # phase 1: sets the reference
-                if in_phase2:
-                    if moved:
-                        session.flush()
-                    else:
-                        session.rollback_last_frame()
-                        kept = False
-            self._store.release()   # the map thread works while this one waits (map_builder.py)
+            decision = run.motion.decide(pending.frame.rgb, in_phase2) if run.motion is not None else KEEP
+            if decision == FLUSH:
+                session.flush()
+            elif decision == ROLLBACK:
+                session.rollback_last_frame()
+            self._store.release()   # the map thread works while this one waits (store/map_builder.py)
             if pending.image.is_cuda:
                 # The step only queues GPU work; the model time ends when the outputs are ready
                 # (they are copied to the host next anyway).
                 torch.cuda.current_stream(pending.image.device).synchronize()
-        self._model_ms += (time.perf_counter() - start) * 1e3
+        self._status = replace(self._status, model_ms=self._status.model_ms + (time.perf_counter() - start) * 1e3)
         if not results:
-            self._set_state(INITIALISING, self._init_text())
+            self._enter(INITIALISING, self._init_text())
             return
+        kept = decision != ROLLBACK
         if in_phase2 and kept and results[0].is_keyframe:
             run.stored.append(pending.index)      # not the image: no tensor is kept
         self._place(outcome, results, keyframe_kept=kept)
@@ -577,74 +412,28 @@ class Mapper:
             state.run.awaiting.popleft()
         if results:
             state.run.has_results = True
-            self._restart_reason = ""
-            self._set_state(TRACKING, self._tracking_text())
-
-    def _output(self, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> MapperOutput:
-        state = self._stream
-        extrinsic, extremes = result.host_extrinsic()   # one copy: the pose and the outputs' checks
-        internal = state.placement.camera_pose(extrinsic)
-        conversion = state.frames.conversion
-        camera_pose, base_pose = conversion.camera_pose(internal), conversion.base_pose(internal)
-        # Whatever the cause: a counted failure (the caller's handler), never published, placed or saved.
-        if not (np.isfinite(camera_pose).all() and np.isfinite(base_pose).all()):
-            raise FloatingPointError(f"non-finite pose for frame {pending.index}")
-        intrinsic, depth, points = (float(v) for v in extremes)
-        # Depth and points are published in map units (float32): scaled, they must stay finite too.
-        if not (math.isfinite(intrinsic) and _finite_float32(depth * conversion.scale)
-                and _finite_float32(points * conversion.scale)):
-            raise FloatingPointError(f"non-finite depth, intrinsics or points for frame {pending.index} (largest "
-                                     f"|value|: intrinsic {intrinsic:g}, depth {depth:g}, points {points:g}, "
-                                     f"at scale {conversion.scale:g})")
-        return MapperOutput(frame=pending.frame, index=pending.index, camera_pose=camera_pose,
-                            base_pose=base_pose, internal_pose=internal, trusted=trusted,
-                            is_keyframe=is_keyframe, provisional=not final, placement=state.placement,
-                            result=result, conversion=conversion)
+            self._status = replace(self._status, restart_reason="")
+            self._enter(TRACKING, tracking_text(state))
 
     def _emit(self, outcome, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> None:
         """A frame's first output: published now; final now or when its window's successor ran."""
-        output = self._output(pending, result, is_keyframe, trusted, final)
+        output = output_of(self._stream, pending, result, is_keyframe, trusted, final)
         store = self._store
-        if store.num_poses() == store.max_poses and not self._warned_trajectory_bound:
-            self._warned_trajectory_bound = True
+        if store.num_poses() == store.max_poses and not self._status.warned_trajectory_bound:
+            self._status = replace(self._status, warned_trajectory_bound=True)
             outcome.notices.append(Notice(BOUND, (
                 f"the trajectory holds max_trajectory_poses={store.max_poses} poses: the oldest "
                 "are dropped from now on (the saved trajectory starts later)")))
         store.add_pose(output.index, output.stamp_ns, output.internal_pose)
-        self._counts["processed"] += 1
-        self._last_placed = output.index
-        outcome.new.append(output)
-        if final:
-            self._finalise(outcome, output)
-        else:
-            self._stream.windows.hold(output)
-            self.recorder.frame(output, self._stream.windows.number, final=False)
+        self._status = replace(self._status.counted(processed=1), last_placed=output.index)
+        self._placing.first(outcome, self._stream, output)
 
     def _rerun(self, outcome, pending: Pending, result, is_keyframe: bool) -> None:
-        """An overlap frame run again by the next window: this run's value replaces the earlier
-        one, final unless the frame is in this window's overlap too (overlap > L - overlap)."""
-        windows = self._stream.windows
-        final = windows.is_final(pending.position)
-        output = self._output(pending, result, is_keyframe, True, final=final)
-        self._store.replace_pose(output.index, output.internal_pose)
-        if final:
-            windows.finalised(pending.index)
-            self._finalise(outcome, output)
-        else:
-            windows.hold(output)
-            self.recorder.frame(output, windows.number, final=False)
-            outcome.revised.append(output)
+        """An overlap frame run again by the next window (placing.py: which value stays)."""
+        final = self._stream.windows.is_final(pending.position)
+        self._placing.again(outcome, self._stream, output_of(self._stream, pending, result, is_keyframe, True, final))
 
-    def _finalise(self, outcome, output: MapperOutput) -> None:
-        outcome.final.append(output)
-        windows = self._stream.windows
-        self.recorder.frame(output, windows.number if windows is not None else 0, final=True)
-        if output.is_keyframe:   # the previous keyframe can no longer be rolled back on its own
-            frames = self._stream.frames
-            frames.keyframe(output.stamp_ns, output.internal_pose)
-            self._store.set_pitch(frames.conversion)
-            self._store.hold(output.index, output.internal_points(self.settings.min_confidence,
-                                                                  self.settings.map_points_stride))
+    # -- stream ends -----------------------------------------------------------------------------
 
     def _close(self, outcome: StepOutcome, lost: bool) -> None:
         """The stream's input ends here: buffered frames run as a short phase 1 (``lost``: they
@@ -659,21 +448,14 @@ class Mapper:
             with torch.inference_mode():
                 self._place(outcome, self.session.close_scale_phase())
         if state.windows is not None:
-            resumed, outputs = state.windows.end()
-            for index, (stamp_ns, points) in resumed.items():   # no re-run reached them: stored values
-                self.recorder.frame(_StoredFrame(index, stamp_ns, self._store.internal_pose(index), points is not None),
-                                    state.windows.number, final=True)
-                if points is not None:
-                    self._store.hold(index, points)
-            for output in outputs:
-                self._finalise(outcome, dataclasses.replace(output, provisional=False))
+            self._placing.windows_end(outcome, state)
 
     def _switch_window(self, outcome: StepOutcome) -> None:
         """The current window is full: a new session run starts from its last ``ov`` frames."""
         state = self._stream
         with torch.inference_mode():
             self.session.reset()
-        state.run = self._new_run()
+        state.run = self._streams.new_run()
         state.frames.window_switch()
         for pending in state.windows.next_window():
             self._run(outcome, pending)
@@ -682,38 +464,20 @@ class Mapper:
         """The one way a stream ends (reset, restart, failure) and the next one starts. Buffered
         scale frames run first (a short phase 1, unless ``lost``), so that every processed frame
         gets its pose. keep_map: the map and trajectory continue from the last pose, the ended
-        stream kept at its own scale (map_store.py); otherwise both are cleared."""
+        stream kept at its own scale (store/map_store.py); otherwise both are cleared."""
         self._close(outcome, lost)
         self.session.reset()
-        state = self._stream
-        conversion = state.frames.conversion
         if keep_map:
-            newest = self._store.newest_poses(1, conversion)
-            last = newest[0][0].pose if newest and newest[0][1] is conversion else None   # T_I_camera
-            if state.windows is not None:
-                self._records += state.windows.records
-            if self.robot.constant_scale:      # one internal frame and conversion for every stream
-                self._store.merge()
-                placement, frames = (self.robot.continuing_in(conversion, last) if last is not None
-                                     else self.robot.first_stream())
-            else:                              # the ended stream goes into map once, at its scale
-                if last is not None:
-                    self._last_map_pose = conversion.camera_pose(last)
-                self._store.end_stream(conversion)
-                placement, frames = (self.robot.continuing_stream(self._last_map_pose)
-                                     if self._last_map_pose is not None else self.robot.first_stream())
+            self._stream = self._streams.after(self._stream)
         else:
-            self._counts["cleared"] += self._store.clear()
-            self._records, self._last_map_pose = [], None
-            placement, frames = self.robot.first_stream()
+            self._status = self._status.counted(cleared=self._store.clear())
+            self._stream = self._streams.after_clear()
         # The odometry buffer stays: the frames still queued need theirs (the front end clears it
         # when odometry stamps go back, as a looped bag's do).
-        self._stream = self._new_stream(placement, frames)
         self.recorder.continuation(None)   # of the ended stream; the new one stores its own soon
         self._continuation_due = 0.0
-        self._counts["restarts"] += 1
-        self._restart_reason = reason
-        self._set_state(RESTARTED, f"restarted: {reason}")
+        self._status = replace(self._status.counted(restarts=1), restart_reason=reason)
+        self._enter(RESTARTED, f"restarted: {reason}")
         if not lost:
             kept = "map continues from the last pose" if keep_map else "map cleared"
             outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
@@ -721,75 +485,54 @@ class Mapper:
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
         text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
-        placed = -1 if self._last_placed is None else self._last_placed   # frames are placed in index order
+        last_placed = self._status.last_placed
+        placed = -1 if last_placed is None else last_placed   # frames are placed in index order
         lost = {p.index for p in self._stream.run.awaiting if not p.rerun and p.index > placed}
-        if self._last_placed != index:
+        if last_placed != index:
             lost.add(index)
-        self._counts["failed"] += len(lost)
-        self._last_error = text
+        self._status = replace(self._status.counted(failed=len(lost)), last_error=text)
         outcome.notices.append(Notice(FAILED, text + " (stream restarted, continuing)"))
         if self.bundle.device.startswith("cuda"):
             torch.cuda.empty_cache()
         self._end_stream(outcome, "model error", keep_map=True, lost=True)
 
     def _reject(self, outcome: StepOutcome, text: str) -> None:
-        self._counts["rejected"] += 1
-        self._last_error = text
+        self._status = replace(self._status.counted(rejected=1), last_error=text)
         outcome.notices.append(Notice(REJECTED, text))
+
+    # -- the database continuation and the status ------------------------------------------------
+
+    def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        windows, s = self._stream.windows, self.settings
+        return [] if windows is None else windows.provisional_points(s.min_confidence, s.map_points_stride)
+
+    def _continuation(self, with_points: bool):
+        return continuation_of(self._stream, self._frames_in, self.robot, with_points)
+
+    def _store_continuation(self) -> None:
+        """While mapping, at most every map_database_continuation_s: the continuation a resume
+        after a crash aligns to (its bytes: README, The map database)."""
+        period, windows = self.settings.map_database_continuation_s, self._stream.windows
+        now = time.monotonic()
+        if (not period or now < self._continuation_due or windows is None or not self.recorder.active
+                or windows.switch_refusal()):
+            return
+        self._continuation_due = now + period
+        self.recorder.continuation(self._continuation(with_points=False))
 
     def _done(self, outcome: StepOutcome) -> StepOutcome:
         self._publish_snapshot()
         return outcome
 
-    def _tracking_text(self) -> str:
-        """'tracking', and while the window a resume started runs, that resume and how well its
-        stored frames ran again (the overlap error: README, The map database)."""
-        note, windows = self._resume_note, self._stream.windows
-        if note is None or note[0] is not windows or windows.number != note[1] or windows.similarity is None:
-            return "tracking"
-        return f"tracking; {note[2]}, window {note[1]} aligned with overlap error {windows.last_overlap_error:.3g}"
-
     def _init_text(self) -> str:
-        text = f"initialising {len(self._stream.run.awaiting)}/{self.settings.num_scale_frames}"
-        # Until the new stream tracks, its state says why it restarted.
-        return f"{text} (restarted: {self._restart_reason})" if self._restart_reason else text
+        return init_text(self._stream, self.settings.num_scale_frames, self._status.restart_reason)
 
-    def _set_state(self, state: int, text: str) -> None:
-        self._state, self._state_text = state, text
-
-    def _cache_numbers(self) -> tuple[int, int, int]:
-        """(frames stored since the stream started, pages in use, bytes allocated)."""
-        stats = self.session.stats()
-        kv = stats["kv_cache"]   # None until the first step allocates the cache
-        pages = 0 if kv is None else (kv.anchor_pages + kv.window_pages + kv.pending_pages
-                                      + kv.special_pages_in_use)
-        nbytes = (0 if kv is None else kv.bytes_allocated) + stats["camera_cache_bytes"]
-        return stats["frames_stored"], pages, nbytes
-
-    def _scale_fields(self) -> dict:
-        # The scale outputs use (robot.applied_scale), with the estimate's spread and reason.
-        state, applied = self._stream.frames.source.state(), self._stream.frames.conversion.metric
-        return {"scale_known": applied.known, "scale": applied.scale, "scale_spread": state.spread,
-                "scale_text": state.reason, "camera_mount": self.robot.mount_source}
-
-    def _window_fields(self) -> dict:
-        windows = self._stream.windows
-        if windows is None:
-            return {}
-        return {"window": windows.number, "window_scale": windows.last_scale,
-                "window_overlap_error": windows.last_overlap_error}
+    def _enter(self, state: int, text: str) -> None:
+        self._status = self._status.entered(state, text)
 
     def _publish_snapshot(self) -> None:
         self.recorder.sync(self.window_records(), self._stream.frames.conversion, self.robot.mount)
-        keyframes, pages, nbytes = self._cache_numbers()
-        last, counts = self._last_frame, self._counts
-        self._snapshot = MapperSnapshot(
-            state=self._state, state_text=self._state_text, init_frames=self._stream.run.buffered_new(),
-            init_frames_needed=self.settings.num_scale_frames, held_frames=self._stream.stamps.held,
-            processed=counts["processed"],
-            rejected=counts["rejected"], failed=counts["failed"], restarts=counts["restarts"],
-            rolled_back=counts["rolled_back"], cleared=counts["cleared"], keyframes=keyframes,
-            cache_pages=pages, cache_bytes=nbytes, model_ms=self._model_ms, map_points=self._store.num_points(),
-            trajectory_poses=self._store.num_poses(), last_error=self._last_error, **self._window_fields(),
-            **self._scale_fields(), map_database=self.recorder.text, map_database_error=self.recorder.failure,
-            last_stamp_ns=None if last is None else last.stamp_ns)
+        self._snapshot = snapshot(self._status, self._stream, self.session.usage(),
+                                  needed=self.settings.num_scale_frames, map_points=self._store.num_points(),
+                                  trajectory_poses=self._store.num_poses(), camera_mount=self.robot.mount_source,
+                                  map_database=self.recorder.text, map_database_error=self.recorder.failure)

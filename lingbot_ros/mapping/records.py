@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from ..stream import FrameResult
-from .frames import MapConversion, Placement
-from .points import image_to_rgb_uint8, select_points
+from .placement.conversion import MapConversion, Placement
+from .store.points import image_to_rgb_uint8, select_points
 
 # MapStatus.STATE_* values (msg/MapStatus.msg); the mapping layer owns their meaning.
 WAITING, INITIALISING, TRACKING, RESTARTED = 0, 1, 2, 3
@@ -45,7 +45,7 @@ class MapperOutput:
     index: int                 # frames processed since configure (one number per input frame)
     camera_pose: np.ndarray    # [4, 4] T_map_camera (camera optical frame), metres once scaled
     base_pose: np.ndarray      # [4, 4] T_map_base (the robot's base_frame)
-    internal_pose: np.ndarray  # [4, 4] the camera in the Mapper's internal frame (frames.py)
+    internal_pose: np.ndarray  # [4, 4] the camera in the Mapper's internal frame (placement/conversion.py)
     trusted: bool              # False for the phase-1 batch and the first pose after a restart
     is_keyframe: bool
     provisional: bool
@@ -140,3 +140,18 @@ class MapperSnapshot:
     map_database: str = ""            # what the map database is doing ("off", "writing run N to PATH", ...)
     map_database_error: str = ""      # why this run is not (or no longer) stored; '' while it is
     last_stamp_ns: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedMap:
+    """What ``Mapper.save`` wrote."""
+
+    ply_path: str
+    tum_path: str
+    num_points: int
+    num_poses: int
+
+    @property
+    def message(self) -> str:
+        return (f"wrote {self.num_points} points to {self.ply_path} and {self.num_poses} poses to "
+                f"{self.tum_path} (a top-down picture beside them: preview.png)")

@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping
 from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..stream import SettingsError   # one error type for every settings problem
 from ..stream.settings import BACKENDS, DTYPES, KV_CACHE_DTYPES
-from .metric_scale import SCALE_SOURCES
-from .similarity import ESTIMATORS
+from .placement.metric_scale import SCALE_SOURCES, pairs_fit
+from .windows.similarity import ESTIMATORS
 
 KEYFRAME_POLICIES = ("interval", "motion")
 LONG_RUN_POLICIES = ("windowed", "reset", "none")
@@ -86,7 +86,7 @@ def _device(value) -> str | None:
 # The largest camera mount translation (metres): a camera on the robot, or on a very large one.
 # One bound for the camera_mount setting and a mount from TF (ros/robot_link.py).
 MAX_MOUNT_M = 100.0
-# Voxel indices fit +-2^20 per axis (voxel_map.py): 1 mm voxels span +-1 km around the map's
+# Voxel indices fit +-2^20 per axis (store/voxel_map.py): 1 mm voxels span +-1 km around the map's
 # origin, the default 5 cm +-52 km. A smaller voxel cannot hold a robot's map (every keyframe's
 # points would leave the key range: a model failure each).
 MIN_VOXEL_SIZE_M = 1e-3
@@ -244,7 +244,7 @@ class MapperSettings:
                                   minimum=1)
     max_trajectory_poses: int = setting(1_000_000, "poses kept in the saved trajectory; the oldest go first "
                                                    "once it is full (warned once)", minimum=1)
-    # -- the map database (mapping/map_database.py) ------------------------------------------------
+    # -- the map database (mapping/database/schema.py) ------------------------------------------------
     map_database: str = setting("$ROS_HOME/lingbot_ros/map.db",
                                 "SQLite file the map, trajectory and windows are written to while mapping, one "
                                 "run per configure ($ROS_HOME: ROS_HOME, else ~/.ros); empty = off")
@@ -274,7 +274,7 @@ class MapperSettings:
 
     def window_rule(self):
         """The windowed policy's WindowRule (spec 13.1)."""
-        from .windows import WindowRule
+        from .windows.rule import WindowRule
 
         return WindowRule(self.window_size, self.num_scale_frames, self.keyframe_interval,
                           overlap_size=None if self.overlap_keyframes else self.overlap_size,
@@ -300,7 +300,7 @@ def cross_field_errors(settings: "MapperSettings") -> list[str]:
             errors.append(f"'overlap_size' / 'overlap_keyframes': the windowed policy's overlap ({layout.overlap} "
                           f"frames) must be at most {MAX_CACHE_FRAMES} (its frames' images stay on the model's "
                           "device to be run again): lower them")
-        if layout.overlap >= layout.window_frames:
+        if not layout.live_overlap_fits:
             errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
                           f"a window ({layout.window_frames} frames): lower overlap_size / "
                           "overlap_keyframes or raise window_size")
@@ -311,8 +311,7 @@ def cross_field_errors(settings: "MapperSettings") -> list[str]:
         error = image_size_error(*size, s.image_width)
         if error:
             errors.append(f"'warmup_image_size' ({s.warmup_image_size}): {error}")
-    # MetricScaleEstimator: a median and MAD need two pairs, and the window must hold min_pairs.
-    if not 2 <= s.scale_min_pairs <= s.scale_window_pairs:
+    if not pairs_fit(s.scale_min_pairs, s.scale_window_pairs):
         errors.append(f"'scale_min_pairs' ({s.scale_min_pairs}) must be >= 2 and at most scale_window_pairs "
                       f"({s.scale_window_pairs})")
     return errors
@@ -345,18 +344,19 @@ def field_errors(obj) -> list[str]:
     return errors
 
 
+def integer_for_float(field: dataclasses.Field, value) -> bool:
+    """An int given where the setting is a float (a YAML 2, a flag, a ROS parameter): taken as 2.0."""
+    return type(field.default) is float and isinstance(value, int) and not isinstance(value, bool)
+
+
 def coerce(cls, values: Mapping[str, Any]):
     """``cls(**values)`` for a settings dataclass, after the lenient conversions a YAML file or a
     command line needs (an int where a float is expected). Unknown names are errors; every
     problem is reported at once as a SettingsError."""
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(names))
-    kwargs = {}
-    for name, value in values.items():
-        if name in names and type(names[name].default) is float and isinstance(value, int) \
-                and not isinstance(value, bool):
-            value = float(value)
-        kwargs[name] = value
+    kwargs = {name: float(value) if name in names and integer_for_float(names[name], value) else value
+              for name, value in values.items()}
     if unknown:
         raise SettingsError(f"invalid settings: unknown name(s) {unknown}")
     return cls(**{k: v for k, v in kwargs.items() if k in names})

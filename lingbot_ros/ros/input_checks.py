@@ -29,7 +29,7 @@ import time
 import numpy as np
 from rclpy.serialization import deserialize_message
 
-from lingbot_ros.mapping.trajectory import quaternion_to_rotation
+from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
 from lingbot_ros.ros import messages
 
 QUATERNION_TOLERANCE = 0.01      # | |q| - 1 | up to this is normalised, beyond it refused

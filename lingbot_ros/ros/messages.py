@@ -17,7 +17,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from lingbot_ros.mapping import rotation_to_quaternion
+from lingbot_ros.mapping.placement.geometry import rotation_to_quaternion
 
 TF_TOPIC = "/tf"
 TF_STATIC_TOPIC = "/tf_static"

@@ -13,9 +13,9 @@ import dataclasses
 import sys
 
 from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
-from lingbot_ros.mapping.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
+from lingbot_ros.mapping.placement.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
 from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
-                                          field_errors, setting)
+                                          field_errors, integer_for_float, setting)
 from lingbot_ros.viewer.live_view import DEFAULT_POINT_BUDGET as VIEWER_POINT_BUDGET
 
 QOS_CHOICES = ("sensor_data", "reliable", "best_effort")
@@ -246,7 +246,7 @@ def declare(node) -> dict:
             continue
         try:
             override = node._parameter_overrides.get(name)
-            if override is not None and _integer_for_float(field, override.value):
+            if override is not None and integer_for_float(field, override.value):
                 # A YAML 2 for a float parameter: declared as 2.0, so that it stays a float.
                 node.declare_parameter(name, float(override.value), descriptor(field), ignore_override=True)
             else:
@@ -255,10 +255,6 @@ def declare(node) -> dict:
             refused[name] = node._parameter_overrides[name].value
             node.declare_parameter(name, field.default, descriptor(field), ignore_override=True)
     return refused
-
-
-def _integer_for_float(field, value) -> bool:
-    return type(field.default) is float and isinstance(value, int) and not isinstance(value, bool)
 
 
 def read(node, refused: dict) -> tuple[MapperSettings, NodeSettings]:
@@ -300,7 +296,7 @@ def on_set(node, parameters):
         if stage == ACTIVATE and active:
             return SetParametersResult(successful=False, reason=(
                 f"'{name}' is taken at activate: deactivate the node, set it, activate again"))
-        if _integer_for_float(FIELDS[name], parameter.value):
+        if integer_for_float(FIELDS[name], parameter.value):
             # Stored as a float, as a YAML 1 for 1.0 is: rclpy stores the very list it hands to this
             # callback, so the replaced element is what the parameter becomes (no type change).
             parameter = Parameter(name, Parameter.Type.DOUBLE, float(parameter.value))

@@ -160,7 +160,7 @@ class RobotLink:
         if self.tf is None:
             return
         scale = output.conversion.metric if output.conversion is not None else None
-        if self.mapper.settings.scale_source == "odometry" and scale is not None and not scale.known:
+        if output.conversion is not None and output.conversion.metric_pending:
             # Before the metric scale is known the map is in model units: a map -> odom from it
             # would move by metres per frame and jump when the scale locks. None goes out until then.
             self.tf.hold(f"waiting for the metric scale ({scale.reason})")

@@ -9,16 +9,13 @@ Answers carry the resolved absolute paths.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from lingbot_ros.mapping.files.paths import ros_home
 
 
 class SavePathError(ValueError):
     """A requested directory that is refused; the text says why."""
-
-
-def ros_home() -> Path:
-    return Path(os.environ.get("ROS_HOME") or Path.home() / ".ros").expanduser()
 
 
 def save_root(save_directory: str) -> Path:

@@ -36,7 +36,7 @@ import threading
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
-from lingbot_ros.mapping.frames import rigid_inverse
+from lingbot_ros.mapping.placement.geometry import rigid_inverse
 from lingbot_ros.ros.input_checks import Refused, checked_transform
 from lingbot_ros.ros.messages import TF_STATIC_TOPIC, TfUnavailable, tf_message_type
 from lingbot_ros.ros.qos import TF_STATIC_QOS

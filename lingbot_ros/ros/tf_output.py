@@ -47,7 +47,7 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from lingbot_ros.mapping.frames import rigid_inverse
+from lingbot_ros.mapping.placement.geometry import rigid_inverse
 from lingbot_ros.ros.input_checks import Refused, deserialized
 from lingbot_ros.ros.messages import (TF_STATIC_TOPIC, TF_TOPIC, TfUnavailable, stamp_ns, tf_message_type,
                                       transform_stamped)

@@ -42,6 +42,16 @@ class FrameError(ValueError):
     """A frame the session cannot take (wrong layout, size not a multiple of the patch, size change)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class CacheUsage:
+    """What the session's caches hold now (the Mapper's status and its long-run caps read it)."""
+
+    frames_stored: int      # frames appended since the last reset (the 3D-RoPE index)
+    pages: int              # KV pages in use: anchor, window, pending evictions, special
+    bytes_allocated: int    # KV and camera cache memory allocated
+    bytes_in_use: int       # of it, in use (a reset keeps the buffers)
+
+
 class StreamingSession:
     def __init__(self, model: LingBotMap, settings: Optional[StreamSettings] = None,
                  cache_factory: Optional[CacheFactory] = None):
@@ -161,6 +171,12 @@ class StreamingSession:
             "graph_captures": self._graph.captures if self._graph is not None else 0,
             "graph_capture_seconds": self._graph.capture_seconds if self._graph is not None else 0.0,
         }
+
+    def usage(self) -> CacheUsage:
+        kv = self._cache.stats() if self._cache is not None else None   # None until the first step allocates
+        pages = 0 if kv is None else kv.anchor_pages + kv.window_pages + kv.pending_pages + kv.special_pages_in_use
+        return CacheUsage(self._stored, pages, (0 if kv is None else kv.bytes_allocated) + self._camera.nbytes(),
+                          (0 if kv is None else kv.bytes_in_use) + self._camera.nbytes_in_use())
 
     @property
     def time_index(self) -> int:

@@ -22,8 +22,9 @@ import torch
 
 from ..mapping import factory
 from ..mapping.settings import MapperSettings
-from ..mapping.staged_files import write_files
-from ..mapping.windows import WindowedRun, WindowError, WindowRule
+from ..mapping.files.staged_files import write_files
+from ..mapping.windows.offline import WindowedRun
+from ..mapping.windows.rule import WindowError, WindowRule
 from ..model import CheckpointError, ConfigError
 from ..stream import SettingsError, StreamingSession
 from ..process import interrupts

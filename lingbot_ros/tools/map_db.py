@@ -15,7 +15,7 @@ database or one of its files is refused. A damaged record (a blob of another siz
 are not a JSON object, non-finite values, points beyond the map's range) is left out with one line
 on stderr naming its run and record, the rest is exported, and the exit status is 1. A run stored
 by an older version that lacks a setting added since is read with that setting's default, and the
-output says which. Files are written all or none (mapping/staged_files.py).
+output says which. Files are written all or none (mapping/files/staged_files.py).
 """
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from lingbot_ros.mapping import map_database as mdb
-from lingbot_ros.mapping.colmap import ColmapExportError, export_images, write_colmap
-from lingbot_ros.mapping.export import MAP_FILE_NAMES, write_map_files
-from lingbot_ros.mapping.map_readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
-from lingbot_ros.mapping.map_view import stored_view
-from lingbot_ros.mapping.map_writer import stored_bytes
-from lingbot_ros.mapping.preview import preview_png
-from lingbot_ros.mapping.staged_files import write_files
+from lingbot_ros.mapping.database import schema as mdb
+from lingbot_ros.mapping.files.colmap import ColmapExportError, export_images, write_colmap
+from lingbot_ros.mapping.files.export import MAP_FILE_NAMES, write_map_files
+from lingbot_ros.mapping.database.readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
+from lingbot_ros.mapping.store.map_view import stored_view
+from lingbot_ros.mapping.database.writer import stored_bytes
+from lingbot_ros.mapping.files.preview import preview_png
+from lingbot_ros.mapping.files.staged_files import write_files
 from lingbot_ros.process import interrupts
 from lingbot_ros.viewer import serve
 from lingbot_ros.viewer.live_view import POSE_BUDGET

@@ -4,7 +4,7 @@ The same pipeline as the node (mapping.Mapper: stamps, keyframe and long-run pol
 frame, the bounded map), fed from a folder, video, bag, camera or synthetic source. Writes the
 trajectory and map the node's ~/save_map writes, plus per-frame depth maps and a frame table.
 
-Every output file is staged and committed at the end, all together (mapping/staged_files.py): a
+Every output file is staged and committed at the end, all together (mapping/files/staged_files.py): a
 run that fails keeps the previous run's files. Ctrl-C or SIGTERM while the model loads or warms
 up writes nothing; while frames are processed, the frame in the model is finished, then what was
 processed so far is saved the same way and the summary says how many frames (process/interrupts.py).
@@ -23,14 +23,15 @@ import cv2
 import numpy as np
 
 from lingbot_ros.io.sources import FrameDecodeError, SourceError, open_source
-from lingbot_ros.mapping import factory, to_numpy
-from lingbot_ros.mapping.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
+from lingbot_ros.mapping import factory
+from lingbot_ros.mapping.store.points import to_numpy
+from lingbot_ros.mapping.files.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.settings import SettingsError
-from lingbot_ros.mapping.staged_files import StagedFiles
+from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
-from lingbot_ros.mapping.voxel_map import VoxelRangeError
+from lingbot_ros.mapping.store.voxel_map import VoxelRangeError
 from lingbot_ros.mapping.warmup_size import AUTO, found_in_source, warmup_size
 from lingbot_ros.model import CheckpointError, ConfigError
 from lingbot_ros.process import interrupts

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from lingbot_ros.mapping.map_view import MapView, ViewCamera, sample_path
+from lingbot_ros.mapping.store.map_view import MapView, ViewCamera, sample_path
 
 VISER_PIN = "viser==1.1.1"   # setup.py's extra "viewer" and requirements-dev.txt pin the same
 DEFAULT_POINT_BUDGET = 200_000

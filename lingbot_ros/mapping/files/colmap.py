@@ -27,10 +27,11 @@ import cv2
 import numpy as np
 import torch
 
-from ..stream.results import intrinsic_for_image
-from .frames import rigid_inverse
+from ...stream.results import intrinsic_for_image
+from ..placement.geometry import rigid_inverse
 from .staged_files import StagedFiles
-from .trajectory import Trajectory, rotation_to_quaternion
+from ..store.trajectory import Trajectory
+from ..placement.geometry import rotation_to_quaternion
 
 PINHOLE = 1            # COLMAP's camera model id: params fx, fy, cx, cy
 JPEG_QUALITY = 95      # the keyframe images as stored and exported (about 3 bits per pixel)

@@ -25,11 +25,12 @@ from typing import Callable
 
 import numpy as np
 
-from .colmap import KeyframeImage
-from .map_database import (CLEAN, RUN_TABLES, RUNNING, MapDatabaseError, WriterLock, apply_retention, array_blob, arrays_blob,
-                           connect, describe_error, mark_crashed)
-from .map_readback import replay_voxel_map
-from .voxel_map import VoxelMap, VoxelRangeError
+from ..files.colmap import KeyframeImage
+from .schema import CLEAN, RUN_TABLES, RUNNING, WriterLock, apply_retention, connect, describe_error, mark_crashed
+from .blobs import MapDatabaseError, array_blob, poses_blob, voxel_map_blob
+from .continuation import write_continuation
+from .readback import replay_voxel_map
+from ..store.voxel_map import VoxelMap, VoxelRangeError
 
 MAX_BACKLOG_BYTES = 256 * 2**20
 POLL_S = 0.02   # how often the thread looks for new events
@@ -263,12 +264,7 @@ class MapWriter:
         elif kind == FINISHED:   # the live stream went into the finished part: a new live one starts
             _, finished_map, finished_poses, released = event
             try:   # the Mapper's own objects: read here, and released before anything else
-                state = dict(finished_map.state(), voxel_size_m=np.float64(finished_map.voxel_size_m))
-                entries = list(finished_poses)
-                poses = {"keys": np.array([e.key for e in entries], np.int64).reshape(-1),
-                         "stamps_ns": np.array([e.stamp_ns for e in entries], np.int64).reshape(-1),
-                         "poses": np.array([e.pose for e in entries], np.float64).reshape(-1, 4, 4)}
-                blobs = (arrays_blob(state), arrays_blob(poses))
+                blobs = (voxel_map_blob(finished_map), poses_blob(finished_poses))
             finally:
                 released.set()
             conn.execute("INSERT OR REPLACE INTO finished_streams VALUES (?, ?, ?)", (run, *blobs))
@@ -290,9 +286,7 @@ class MapWriter:
             if self._since_checkpoint >= max(MIN_CHECKPOINT_BYTES, CHECKPOINT_RATIO * self._replica.nbytes()):
                 self._checkpoint(seq)
         elif kind == PITCH:   # the map resampled at its new pitch, as MapStore.set_pitch does
-            old, self._replica = self._replica, VoxelMap(event[1], self._replica.max_points)
-            if len(old):
-                self._replica.insert(*old.points())
+            self._replica = self._replica.resampled(event[1])
             self._checkpoint(self._seq["map_inserts"])   # replay starts from this pitch
         elif kind == WINDOWS:
             conn.execute("DELETE FROM windows WHERE run = ?", (run,))
@@ -308,22 +302,8 @@ class MapWriter:
                          (float(scale), int(known), array_blob(np.asarray(mount, np.float64)),
                           array_blob(np.asarray(origins, np.float64)), run))
         elif kind == CONTINUATION:   # replaces the last one whole (None: the stream it was of ended)
-            _, continuation, points = event
-            for table in ("continuations", "overlap_frames"):
-                conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
-            conn.execute("DELETE FROM map_inserts WHERE run = ? AND provisional = 1", (run,))
             self._done_bytes += _payload_bytes(event)
-            if continuation is None:
-                return
-            for xyz, rgb in points:
-                self._insert_points(array_blob(xyz), array_blob(rgb), provisional=True)
-            window, next_index, placement, overlap, provisional, carried = continuation
-            conn.execute("INSERT INTO continuations VALUES (?, ?, ?, ?)", (run, window, next_index, arrays_blob(
-                {"rotation": placement.rotation, "translation": placement.translation,
-                 "provisional": np.array(provisional, np.int64).reshape(-1, 2), **carried})))
-            for seq, (index, stamp_ns, rgb, pose_enc, depth, keyframe) in enumerate(overlap):
-                conn.execute("INSERT INTO overlap_frames VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
-                    run, seq, index, stamp_ns, array_blob(rgb), array_blob(pose_enc), array_blob(depth), int(keyframe)))
+            write_continuation(conn, run, event[1], event[2], self._insert_points)
         elif kind == END:
             conn.execute("UPDATE runs SET ending = ?, ended_ns = ? WHERE id = ?", (CLEAN, time.time_ns(), run))
 
@@ -336,8 +316,7 @@ class MapWriter:
 
     def _checkpoint(self, seq: int) -> None:
         self._conn.execute("INSERT OR REPLACE INTO map_checkpoints VALUES (?, ?, ?)",
-                           (self.run, seq, arrays_blob({**self._replica.state(),
-                                                        "voxel_size_m": np.float64(self._replica.voxel_size_m)})))
+                           (self.run, seq, voxel_map_blob(self._replica)))
         # The provisional points stay: the continuation they belong to replaces them.
         self._conn.execute("DELETE FROM map_inserts WHERE run = ? AND seq <= ? AND provisional = 0", (self.run, seq))
         self._since_checkpoint = 0
@@ -350,9 +329,7 @@ def _payload_bytes(event: tuple) -> int:
     if event[0] == IMAGE:
         return event[2].nbytes
     if event[0] == CONTINUATION and event[1] is not None:
-        overlap = event[1][3]
-        return (sum(xyz.nbytes + rgb.nbytes for xyz, rgb in event[2])
-                + sum(rgb.nbytes + pose_enc.nbytes + depth.nbytes for _, _, rgb, pose_enc, depth, _ in overlap))
+        return sum(xyz.nbytes + rgb.nbytes for xyz, rgb in event[2]) + event[1].nbytes
     return 0
 
 

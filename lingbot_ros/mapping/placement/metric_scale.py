@@ -22,6 +22,7 @@ the caller treats ``scale_source`` none, fixed and odometry alike.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class MetricScaleEstimator:
 
     def __init__(self, window_pairs: int = 50, min_pairs: int = 10, min_motion_m: float = 0.2,
                  min_model_motion: float = 1e-3, max_spread: float = 0.02):
-        if not 2 <= min_pairs <= window_pairs:
+        if not pairs_fit(min_pairs, window_pairs):
             raise ValueError(f"need 2 <= min_pairs <= window_pairs, got min_pairs={min_pairs}, "
                              f"window_pairs={window_pairs}")
         for name, value in (("min_motion_m", min_motion_m), ("min_model_motion", min_model_motion),
@@ -151,7 +152,7 @@ class MetricScaleEstimator:
 
     def stored(self) -> dict:
         """What a resumed stream continues from at a window switch (which breaks the open pair):
-        the window of pairs and the newest keyframe's stamp, as arrays (map_resume.py)."""
+        the window of pairs and the newest keyframe's stamp, as arrays (database/resume.py)."""
         return {"scale_log_ratios": np.array(self._log_ratios, np.float64),
                 "scale_last_stamp_ns": np.array([-1 if self._last_stamp_ns is None else self._last_stamp_ns],
                                                 np.int64)}
@@ -221,6 +222,11 @@ class NoScale(_ConstantScale):
                                      "scale_source is none: outputs are in model units"))
 
 
+def pairs_fit(min_pairs: int, window_pairs: int) -> bool:
+    """The estimate's median and MAD need two pairs, and its window must hold ``min_pairs``."""
+    return 2 <= min_pairs <= window_pairs
+
+
 def make_scale_source(name: str, scale: float = 1.0, **estimator_args) -> ScaleSource:
     """The source for ``scale_source`` ``name``; ``scale`` is read by "fixed" only, and
     ``estimator_args`` (``MetricScaleEstimator``'s) by "odometry" only."""
@@ -251,3 +257,22 @@ def _finite(value, shape: tuple[int, ...], name: str) -> np.ndarray:
     if not np.isfinite(array).all():
         raise ScaleInputError(f"{name} has non-finite values; pass odom_pose=None or skip the keyframe")
     return array
+
+
+def applied_scale(applied: MetricScale, estimate: MetricScale, step: float) -> MetricScale:
+    """The scale outputs use after a new ``estimate``; ``applied`` itself when it stays.
+
+    The first known estimate is taken as it is. After that a known scale never moves the whole
+    map by the estimate's noise at every keyframe: it follows only an estimate more than ``step``
+    (relative) away, by at most ``step`` per keyframe, and ``step`` 0 freezes it. An estimate
+    that loses its confidence (the spread grew) leaves the known scale as it was.
+    """
+    if not applied.known:
+        return estimate if (estimate.known, estimate.scale) != (applied.known, applied.scale) else applied
+    if not estimate.known or step == 0.0:
+        return applied
+    ratio = estimate.scale / applied.scale
+    if abs(math.log(ratio)) <= math.log1p(step):
+        return applied
+    factor = 1.0 + step if ratio > 1.0 else 1.0 / (1.0 + step)
+    return dataclasses.replace(estimate, scale=applied.scale * factor)

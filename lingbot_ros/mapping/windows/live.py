@@ -20,10 +20,10 @@ import dataclasses
 
 import torch
 
-from ..stream import FrameResult
-from .records import InputFrame, MapperOutput
+from ...stream import FrameResult
+from ..records import InputFrame, MapperOutput
 from .similarity import Similarity, align_window, overlap_agreement, warp_frame
-from .windows import WindowRule
+from .rule import WindowRule
 
 # Frames a window keeps beyond the overlap, so that rolling back this many newest frames still
 # leaves the overlap's inputs and results for the next switch (the cache's exact-rollback budget).
@@ -70,7 +70,7 @@ class LiveWindows:
         self.last_scale = 1.0
         self.last_overlap_error = float("nan")
         self.switch_asked = False                # the next window starts at the next frame (new_window)
-        # A resumed window's provisional frames (map_resume.py): index -> (stamp_ns, stored points or
+        # A resumed window's provisional frames (database/resume.py): index -> (stamp_ns, stored points or
         # None for a non-keyframe), final once the next window has run them again.
         self.resumed: dict[int, tuple] = {}
 
@@ -92,6 +92,12 @@ class LiveWindows:
     def provisional(self) -> list[MapperOutput]:
         return list(self._provisional.values())
 
+    def provisional_points(self, min_confidence: float, stride: int) -> list[tuple]:
+        """The provisional keyframes' points (in I) with their current values, (xyz, rgb) each: a
+        resumed window's stored ones first, then this window's."""
+        stored = [points for _, points in self.resumed.values() if points is not None]
+        return stored + [o.internal_points(min_confidence, stride) for o in self.provisional() if o.is_keyframe]
+
     def end(self) -> tuple[dict, list[MapperOutput]]:
         """The stream ends here: the resumed window's provisional frames that no re-run reached
         (their stored values are final now) and the provisional outputs (now final), oldest first."""
@@ -104,7 +110,7 @@ class LiveWindows:
         return self.count >= self.length or self.switch_asked
 
     def resume(self, number: int, inputs: list[Pending], tail: list, provisional: dict) -> None:
-        """Continue a stored window (map_resume.py): its number, last frames and their results,
+        """Continue a stored window (database/resume.py): its number, last frames and their results,
         its provisional frames; the next frame starts the next window, aligned to them."""
         self.resumed = dict(provisional)
         self.number = number

@@ -15,8 +15,8 @@ from typing import Protocol, Sequence
 
 import torch
 
-from ..model.geometry import depth_to_world_points, pose_to_extrinsic, quaternion_to_rotation
-from ..stream.results import FrameResult
+from ...model.geometry import depth_to_world_points, pose_to_extrinsic, quaternion_to_rotation
+from ...stream.results import FrameResult
 
 # "anchor": the original's estimator (rotation and translation from one anchor frame), the
 # default and the one parity uses. "all_frames": rotation averaged and translation fitted over all

@@ -24,14 +24,16 @@ import sqlite3
 import numpy as np
 import torch
 
-from .frames import Placement
-from .live_windows import WindowRecord
-from .map_database import (CRASHED, RUNNING, MapDatabaseError, WriterLock, blob_array, blob_arrays, checked_array,
-                           connect, resolve_path, runs)
-from .frames import MapConversion
-from .map_readback import read_record, conversion, load_finished, replay_voxel_map, stored_poses, stored_windows
-from .trajectory import Trajectory
-from .voxel_map import VoxelMap
+from ..placement.conversion import Placement
+from ..windows.live import WindowRecord
+from .schema import CRASHED, RUNNING, WriterLock, connect, resolve_path, runs
+from .blobs import MapDatabaseError
+from .blobs import blob_array, blob_arrays, checked_array
+from ..placement.conversion import MapConversion
+from .continuation import ResumedFrame
+from .readback import read_record, conversion, load_finished, replay_voxel_map, stored_poses, stored_windows
+from ..store.trajectory import Trajectory
+from ..store.voxel_map import VoxelMap
 
 # Settings that shape the stored map and its windows: a run continues only under the same values.
 MAP_SHAPING = ("checkpoint", "model_config", "image_width", "num_scale_frames", "scale_frames", "sliding_window",
@@ -62,7 +64,7 @@ class Resumed:
     next_index: int
     window: int | None              # the stored window's number; None without a continuation
     placement: Placement | None
-    overlap: list[tuple]            # (index, stamp_ns, rgb, StoredResult), oldest first
+    overlap: list[ResumedFrame]     # the stored window's last frames, oldest first
     provisional: dict               # the window's provisional frames: index -> (stamp_ns, points or None)
     carried: dict                   # the stream's scale state and odometry (StreamFrames.stored)
     stale: str = ""                 # why the stored continuation cannot be used ('' if it can or there is none)
@@ -134,7 +136,7 @@ def load_resumed(settings, device: str, preprocessor=None) -> tuple[Resumed | No
                     size = size or (frame[0].shape, tuple(frame[2].shape))
                     result = StoredResult(torch.from_numpy(frame[1]).to(device), torch.from_numpy(frame[2]).to(device),
                                           bool(keyframe))
-                    overlap.append((index, stamp_ns, frame[0], result))
+                    overlap.append(ResumedFrame(index, stamp_ns, frame[0], result))
         finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses, refused)
         if refused:
             more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from .frames import rigid_inverse
-from .map_readback import conversion as readback_conversion, setting as readback_setting
+from ..placement.geometry import rigid_inverse
+from ..database.readback import conversion as readback_conversion, setting as readback_setting
 from .points import to_numpy
 
 

@@ -2,36 +2,17 @@
 
 ``RobotFrames`` holds what outlives a stream: the camera mount (T_base_camera, from TF or the
 setting) and the odometry buffer. ``StreamFrames`` is one stream's part: its scale source and the
-``MapConversion`` (frames.py) it gives, replaced whenever the scale estimate changes.
+``MapConversion`` (placement/conversion.py) it gives, replaced whenever the scale estimate changes.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
-
 import numpy as np
 
-from .frames import MapConversion, Placement, rigid_inverse
-from .metric_scale import MetricScale, ScaleSource, make_scale_source
+from .conversion import MapConversion, Placement
+from .geometry import parse_mount, rigid_inverse
+from .metric_scale import ScaleSource, applied_scale, make_scale_source
 from .odometry import OdometryBuffer
-from .settings import MapperSettings
-
-
-def pose_from_xyz_rpy(x, y, z, roll, pitch, yaw) -> np.ndarray:
-    """4x4 from a translation and roll-pitch-yaw (fixed axes x, y, z: R = Rz(yaw) Ry(pitch) Rx(roll))."""
-    cr, sr, cp, sp, cy, sy = (math.cos(roll), math.sin(roll), math.cos(pitch), math.sin(pitch),
-                              math.cos(yaw), math.sin(yaw))
-    pose = np.eye(4)
-    pose[:3, :3] = [[cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-                    [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-                    [-sp, cp * sr, cp * cr]]
-    pose[:3, 3] = (x, y, z)
-    return pose
-
-
-def parse_mount(text: str) -> np.ndarray:
-    """'x y z roll pitch yaw' (metres, radians) -> T_base_camera."""
-    return pose_from_xyz_rpy(*(float(v) for v in text.split()))
+from ..settings import MapperSettings
 
 
 class RobotFrames:
@@ -68,7 +49,7 @@ class RobotFrames:
         return Placement.continuing_from(camera_pose_map), self._stream(origin, origin)
 
     def resumed_stream(self, conversion: MapConversion, stored: dict) -> "StreamFrames":
-        """A stored stream continued (map_resume.py): its conversion into map, its scale state."""
+        """A stored stream continued (database/resume.py): its conversion into map, its scale state."""
         frames = self._frames(conversion)
         frames.restore(stored)
         return frames
@@ -80,7 +61,8 @@ class RobotFrames:
                                  max_spread=s.scale_max_spread)
 
     def _stream(self, origin_internal: np.ndarray, origin_map: np.ndarray) -> "StreamFrames":
-        conversion = MapConversion(self._source().state(), rigid_inverse(self.mount), origin_internal, origin_map)
+        conversion = MapConversion(self._source().state(), rigid_inverse(self.mount), origin_internal, origin_map,
+                                   estimated=not self.constant_scale)
         return self._frames(conversion)
 
     def _frames(self, conversion: MapConversion) -> "StreamFrames":
@@ -125,22 +107,3 @@ class StreamFrames:
         self.source.restore(arrays)
         last = int(arrays["last_keyframe_ns"][0])
         self._last_keyframe_ns = None if last < 0 else last
-
-
-def applied_scale(applied: MetricScale, estimate: MetricScale, step: float) -> MetricScale:
-    """The scale outputs use after a new ``estimate``; ``applied`` itself when it stays.
-
-    The first known estimate is taken as it is. After that a known scale never moves the whole
-    map by the estimate's noise at every keyframe: it follows only an estimate more than ``step``
-    (relative) away, by at most ``step`` per keyframe, and ``step`` 0 freezes it. An estimate
-    that loses its confidence (the spread grew) leaves the known scale as it was.
-    """
-    if not applied.known:
-        return estimate if (estimate.known, estimate.scale) != (applied.known, applied.scale) else applied
-    if not estimate.known or step == 0.0:
-        return applied
-    ratio = estimate.scale / applied.scale
-    if abs(math.log(ratio)) <= math.log1p(step):
-        return applied
-    factor = 1.0 + step if ratio > 1.0 else 1.0 / (1.0 + step)
-    return dataclasses.replace(estimate, scale=applied.scale * factor)

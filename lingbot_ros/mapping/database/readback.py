@@ -17,16 +17,19 @@ import sqlite3
 import numpy as np
 import torch
 
-from .colmap import KeyframeImage
-from .live_windows import WindowRecord
-from .map_database import MapDatabaseError, RunInfo, blob_array, blob_arrays, checked_array, pose_matrix
-from .frames import MapConversion, rigid_inverse
-from .metric_scale import MetricScale
-from .robot import parse_mount
-from .settings import MapperSettings
-from .similarity import Similarity
-from .trajectory import Trajectory
-from .voxel_map import VoxelMap, VoxelRangeError
+from ..files.colmap import KeyframeImage
+from ..windows.live import WindowRecord
+from .schema import RunInfo
+from .blobs import MapDatabaseError
+from .blobs import blob_array, blob_arrays, checked_array, pose_matrix
+from ..placement.conversion import MapConversion
+from ..placement.geometry import rigid_inverse
+from ..placement.metric_scale import MetricScale
+from ..placement.geometry import parse_mount
+from ..settings import MapperSettings
+from ..windows.similarity import Similarity
+from ..store.trajectory import Trajectory
+from ..store.voxel_map import VoxelMap, VoxelRangeError
 
 
 # The stored settings read back here, each with the default a run that lacks it is read with.
@@ -59,7 +62,8 @@ def conversion(info: RunInfo) -> MapConversion:
     mount = info.mount if info.mount is not None else parse_mount(setting(info, "camera_mount"))
     origins = info.origins if info.origins is not None else np.zeros(6)
     metric = MetricScale(info.scale_known, float(info.scale), 0.0, 0, "")
-    return MapConversion(metric, rigid_inverse(mount), origins[:3].copy(), origins[3:].copy())
+    return MapConversion(metric, rigid_inverse(mount), origins[:3].copy(), origins[3:].copy(),
+                         estimated=info.settings.get("scale_source") == "odometry")
 
 
 def _refuse(refused: list | None, text: str) -> None:

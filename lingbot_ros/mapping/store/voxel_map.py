@@ -67,6 +67,13 @@ class VoxelMap:
             setattr(other, name, value.copy() if isinstance(value, np.ndarray) else value)
         return other
 
+    def resampled(self, voxel_size_m: float) -> "VoxelMap":
+        """A new map of the same bound at pitch ``voxel_size_m`` holding these points."""
+        other = VoxelMap(voxel_size_m, self.max_points)
+        if len(self):
+            other.insert(*self.points())
+        return other
+
     def __len__(self) -> int:
         return len(self._sorted_keys)
 

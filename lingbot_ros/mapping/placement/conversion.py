@@ -67,6 +67,13 @@ class MapConversion:
     camera_base: np.ndarray                 # T_camera_base, the inverse of the mount
     origin_internal: np.ndarray             # [3]
     origin_map: np.ndarray                  # [3]
+    estimated: bool = False                 # the scale is estimated (scale_source odometry), not given
+
+    @property
+    def metric_pending(self) -> bool:
+        """A metric scale was asked for and is not known yet: until it is, what this conversion
+        gives is in model units (not to be fused, no map -> odom)."""
+        return self.estimated and not self.metric.known
 
     @property
     def scale(self) -> float:
@@ -97,12 +104,3 @@ class MapConversion:
 
     def with_metric(self, metric: MetricScale) -> "MapConversion":
         return dataclasses.replace(self, metric=metric)
-
-
-def rigid_inverse(pose: np.ndarray) -> np.ndarray:
-    """Inverse of a rigid [4, 4] transform: rotation R^T, translation -R^T t."""
-    rotation_t = pose[:3, :3].T
-    result = np.eye(4)
-    result[:3, :3] = rotation_t
-    result[:3, 3] = -rotation_t @ pose[:3, 3]
-    return result

@@ -8,13 +8,13 @@
     pitch(voxel_size)              the live voxel map was resampled at a new pitch (MapStore)
     stream_ended(map, poses)       an ended stream joined the finished part, in map (MapStore)
     sync(records, conversion, mount)   after every verb: the window records and the conversion into map
-    continuation(c, points)        what a resumed run continues from (window, next index, placement,
-                                   overlap frames, provisional frames) and the provisional keyframes'
-                                   points, replacing the last one (None: the stream it was of ended)
+    continuation(c, points)        what a resumed run continues from (a Continuation:
+                                   database/continuation.py) and the provisional keyframes' points,
+                                   replacing the last one (None: the stream it was of ended)
     commit()                       commit now (a save; tests)
     close()                        the Mapper is done (a clean end)
 
-Each call is a queue put for the writer thread (map_writer.py); with ``map_database`` empty the
+Each call is a queue put for the writer thread (database/writer.py); with ``map_database`` empty the
 Mapper holds a ``NoRecorder`` whose calls do nothing.
 """
 from __future__ import annotations
@@ -24,9 +24,20 @@ import threading
 
 import numpy as np
 
-from .map_database import resolve_path
-from .map_writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
-from .records import MapperOutput
+from .schema import resolve_path
+from .writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from ..records import MapperOutput
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredFrame:
+    """A resumed frame's stored value, made final at the end of its window (what ``frame`` reads
+    of a MapperOutput)."""
+
+    index: int
+    stamp_ns: int
+    internal_pose: np.ndarray
+    is_keyframe: bool
 
 
 class NoRecorder:

@@ -7,7 +7,7 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
                     settings (JSON), model, wall-clock start, last commit, end, how it ended (running -> clean | crashed), and the current
                     conversion into ``map`` (metric scale, camera mount, the stream's origins in
                     the internal frame and in ``map``: frames.MapConversion)
-    frames          (run, idx): stamp (ns), the camera pose in the internal frame (robot.py), keyframe
+    frames          (run, idx): stamp (ns), the camera pose in the internal frame (placement/robot.py), keyframe
                     flag, window number, final flag; exactly the Mapper's trajectory (rolled-back
                     frames deleted, a reset clears it, the oldest go beyond max_trajectory_poses)
     windows         (run, seq): window number, first frame index, the similarity into window 0, the
@@ -17,10 +17,10 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
                     the inserts up to it are deleted, so a long run's map takes about its bounded
                     in-memory size on disk; a new pitch (the metric scale became known) is one
     finished_streams (run): with ``scale_source odometry``, the streams a restart that kept the map
-                    ended, as MapStore holds them in ``map`` (map_store.py): the voxel map's state
+                    ended, as MapStore holds them in ``map`` (store/map_store.py): the voxel map's state
                     and the base poses (keys, stamps_ns, poses); the tables above then hold the live
                     stream only
-    continuations   (run): what a resumed run continues from (map_resume.py), stored at a clean end and
+    continuations   (run): what a resumed run continues from (database/resume.py), stored at a clean end and
                     while mapping: the window number, the next frame index, the stream's placement in
                     the internal frame, its window's provisional frames (index, points stored;
                     their points are the provisional inserts) and its scale state and odometry
@@ -50,16 +50,17 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
-import io
 import json
 import os
 import sqlite3
 import stat
 import urllib.parse
-import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from ..files.paths import ros_home
+from .blobs import MapDatabaseError, checked_array
 
 SCHEMA_VERSION = 2
 RUNNING, CLEAN, CRASHED = "running", "clean", "crashed"
@@ -109,47 +110,9 @@ RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_s
               "overlap_frames", "keyframe_images")
 
 
-class MapDatabaseError(Exception):
-    """The database cannot be used (held by another process, read-only, corrupt, newer schema,
-    disk full); the text says which, for status and diagnostics."""
-
-
 def resolve_path(text: str) -> Path:
     """The ``map_database`` setting -> a path: ``$ROS_HOME`` is ROS_HOME, or ~/.ros without it."""
-    ros_home = os.environ.get("ROS_HOME") or os.path.join(os.path.expanduser("~"), ".ros")
-    return Path(os.path.expanduser(text.replace("$ROS_HOME", ros_home)))
-
-
-def array_blob(array: np.ndarray) -> bytes:
-    """An array as .npy bytes (dtype and shape kept exactly)."""
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
-# What numpy raises on bytes that are not the .npy / .npz it wrote (a damaged record).
-_UNREADABLE = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile)
-
-
-def blob_array(blob: bytes) -> np.ndarray:
-    try:
-        return np.load(io.BytesIO(blob), allow_pickle=False)
-    except _UNREADABLE as error:
-        raise MapDatabaseError(f"a stored record cannot be read ({type(error).__name__}: {error})") from None
-
-
-def arrays_blob(arrays: dict) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
-
-
-def blob_arrays(blob: bytes) -> dict:
-    try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
-    except _UNREADABLE as error:
-        raise MapDatabaseError(f"a stored record cannot be read ({type(error).__name__}: {error})") from None
+    return Path(os.path.expanduser(text.replace("$ROS_HOME", str(ros_home()))))
 
 
 def describe_error(error: BaseException, path: Path) -> str:
@@ -346,25 +309,6 @@ class RunInfo:
     windows: int
     map_inserts: int
     damaged: tuple[str, ...] = ()   # the run's own records that cannot be read: "run N: record: why"
-
-
-def checked_array(blob: bytes, shape: tuple, what: str) -> np.ndarray:
-    """A stored float array of ``shape`` (-1: any length), finite; ValueError naming ``what``."""
-    array = blob_array(blob) if isinstance(blob, bytes) else np.asarray(blob)
-    if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)):
-        raise ValueError(f"{what} has shape {array.shape}, not {shape}")
-    if not np.issubdtype(array.dtype, np.number) or not np.isfinite(array).all():
-        raise ValueError(f"{what} holds non-finite values" if np.issubdtype(array.dtype, np.number)
-                         else f"{what} is of type {array.dtype}, not numbers")
-    return array
-
-
-def pose_matrix(blob: bytes, what: str = "pose") -> np.ndarray:
-    """A stored [4, 4] float64 pose (raw bytes), finite; ValueError naming ``what``."""
-    if not isinstance(blob, bytes) or len(blob) != 128:
-        raise ValueError(f"{what} of {len(blob) if isinstance(blob, bytes) else type(blob).__name__} bytes, "
-                         "not 16 float64")
-    return checked_array(np.frombuffer(blob, np.float64).reshape(4, 4), (4, 4), what)
 
 
 def _settings(text) -> dict:

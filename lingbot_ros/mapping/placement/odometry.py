@@ -15,8 +15,8 @@ import threading
 
 import numpy as np
 
-from .stamps import ns_from_seconds
-from .trajectory import quaternion_to_rotation, rotation_to_quaternion
+from ..stamps import ns_from_seconds
+from .geometry import quaternion_to_rotation, rotation_to_quaternion
 
 # Quaternions closer than this (cosine of half the angle between them) are blended linearly:
 # slerp divides by sin(angle), which vanishes there, and the two differ by at most 1e-6 rad.

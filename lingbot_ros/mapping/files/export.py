@@ -13,8 +13,9 @@ import numpy as np
 
 from .preview import preview_png
 from .staged_files import StagedFiles, write_files
-from .stamps import ns_from_text, seconds_text
-from .trajectory import Trajectory, quaternion_to_rotation, rotation_to_quaternion
+from ..stamps import ns_from_text, seconds_text
+from ..store.trajectory import Trajectory
+from ..placement.geometry import quaternion_to_rotation, rotation_to_quaternion
 
 # One vertex record of the PLY files written here: 15 bytes, little-endian, no padding.
 _PLY_VERTEX = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"),

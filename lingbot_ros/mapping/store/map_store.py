@@ -21,7 +21,7 @@ The newest final keyframe's points stay out of the map while that frame can stil
 (``hold``); they go in when the next keyframe comes, or when the map is read.
 
 Every change of the map itself (an insert, a new pitch, a clear) is told to the map database's
-recorder (map_recorder.py) here, the one place it happens. The finished part goes to the recorder
+recorder (database/recorder.py) here, the one place it happens. The finished part goes to the recorder
 without a copy; it is changed again only after the recorder has read it, or as a copy
 (``_own_finished``).
 """
@@ -33,9 +33,10 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from .frames import MapConversion, rigid_inverse
+from ..placement.conversion import MapConversion
+from ..placement.geometry import rigid_inverse
 from .map_builder import MapBuilder
-from .map_view import share, stride
+from .map_view import MapView, share, stride
 from .trajectory import StampedPose, Trajectory
 from .voxel_map import VoxelMap
 
@@ -118,10 +119,7 @@ class MapStore:
         pitch = self.voxel_size_m / conversion.scale
         old = self._live.map
         if pitch != old.voxel_size_m:
-            new = VoxelMap(pitch, self.max_points)
-            if len(old):
-                new.insert(*old.points())
-            self._live.swap(new)
+            self._live.swap(old.resampled(pitch))
             self._recorder.pitch(pitch)
 
     def num_points(self) -> int:
@@ -145,10 +143,20 @@ class MapStore:
         combined.insert(conversion.points(xyz), rgb)
         return combined.points()
 
+    def view(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], point_budget: int,
+             pose_budget: int) -> Future:
+        """What a live view draws, in metres once the scale is known: the path read now
+        (``view_path``), the points sampled on the map builder's thread (``view_points``); the
+        future's MapView. The caller never waits for the map."""
+        positions, poses = self.view_path(conversion, pose_budget)
+        units = "m" if conversion.metric.known else "model units"
+        return self.view_points(conversion, extra, point_budget, lambda xyz, rgb, total: MapView(
+            xyz, rgb, total, positions, poses, units=units, voxel_size=self.voxel_size_m))
+
     def view_points(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], budget: int,
                     then: Callable[[np.ndarray, np.ndarray, int], T]) -> Future:
         """``then(xyz, rgb, total)`` of at most ``budget`` of the map's points in ``map`` (xyz
-        float32, rgb uint8), an even sample of every part (map_view.py), the held keyframe and
+        float32, rgb uint8), an even sample of every part (store/map_view.py), the held keyframe and
         ``extra`` (in I) as points of their own, and how many points the parts hold: sampled on
         the map builder's thread, in order after the inserts so far (the caller never waits).
         Changes nothing."""
@@ -181,6 +189,11 @@ class MapStore:
             positions[live] = (conversion.scale * (positions[live] - conversion.origin_internal)
                                + conversion.origin_map)
         return positions, total
+
+    @property
+    def builder(self) -> MapBuilder:
+        """The live stream's map builder (its inserts run on their own thread)."""
+        return self._live
 
     @property
     def live_map(self) -> VoxelMap:
@@ -225,7 +238,7 @@ class MapStore:
         return count
 
     def resume(self, poses: Trajectory, voxel_map: VoxelMap, finished: tuple[VoxelMap, Trajectory] | None) -> None:
-        """Start as a stored run (map_resume.py): its live stream's poses in I and voxels, and
+        """Start as a stored run (database/resume.py): its live stream's poses in I and voxels, and
         its finished part in map (earlier streams at their own scales), if any."""
         if finished is not None:
             self._finished_map, self._finished_poses = finished

@@ -1,0 +1,1 @@
+"""The map database (SQLite): schema, stored arrays, writer thread, recorder, readback, resume."""

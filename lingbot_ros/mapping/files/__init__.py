@@ -1,0 +1,1 @@
+"""Files out: PLY/TUM, the preview picture, COLMAP, all-or-none staged writes."""

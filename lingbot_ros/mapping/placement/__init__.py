@@ -1,0 +1,1 @@
+"""Everything that puts a pose into REP 105 ``map``: conversion, robot frames, metric scale, geometry."""

@@ -1,0 +1,1 @@
+"""The windowed long-run policy: the window rule, the live policy, the offline run, similarity."""
