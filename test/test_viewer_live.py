@@ -22,7 +22,7 @@ from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
-from lingbot_ros.mapping.voxel_map import VoxelMap
+from lingbot_ros.mapping.store.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
