@@ -22,6 +22,7 @@ from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
+from lingbot_ros.mapping.records import MapperOutput
 from lingbot_ros.mapping.store.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
@@ -31,11 +32,11 @@ FRAMES = 10
 
 @pytest.fixture
 def make_mapper(fixture_files):
-    def make() -> Mapper:
+    def make(**overrides) -> Mapper:
         settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "num_scale_frames": 3,
                                      "scale_frames": 3, "sliding_window": 4, "min_confidence": 0.0,
                                      "map_points_stride": 2, "map_voxel_size_m": 0.02,
-                                     "long_run_policy": "reset", "warmup": False})
+                                     "long_run_policy": "reset", "warmup": False, **overrides})
         return Mapper(settings, factory.build(settings))
     return make
 
@@ -159,6 +160,30 @@ def test_the_map_is_sampled_on_the_map_builders_thread_and_the_caller_never_wait
     assert view.poses == FRAMES and len(view.xyz) == view.map_points > 0
     held = mapper._store._held[1][0]   # the newest keyframe's points, held out of the map (undoable)
     assert view.map_points == len(mapper._store.live_map) + len(held)
+    mapper.close()
+
+
+def test_a_windowed_runs_provisional_points_are_made_on_the_map_builders_thread(make_mapper, courthouse,
+                                                                               monkeypatch):
+    """The provisional keyframes' points read model outputs (a wait for the device on CUDA): the
+    frame loop picks them, the map builder's thread makes them, and the view holds them as
+    map_points() does."""
+    makers = []
+    internal_points = MapperOutput.internal_points
+    monkeypatch.setattr(MapperOutput, "internal_points", lambda self, *a: (
+        makers.append(threading.current_thread().name), internal_points(self, *a))[1])
+    mapper = make_mapper(long_run_policy="windowed", window_size=8, overlap_size=4)
+    for item in courthouse:
+        mapper.process(item)
+    assert mapper.stream.windows.provisional(), "the run ends inside a window's overlap"
+    makers.clear()
+    view = mapper.view(point_budget=10**6, pose_budget=100).result(timeout=30)
+    assert makers and set(makers) == {"lingbot_map_builder"}
+    # The parts' points: the voxels, the held keyframe's and the provisional keyframes' own.
+    s = mapper.settings
+    provisional = mapper.stream.windows.provisional_points(s.min_confidence, s.map_points_stride)
+    held = mapper.store._held[1][0] if mapper.store._held is not None else ()
+    assert view.map_points == len(mapper.store.live_map) + len(held) + sum(len(xyz) for xyz, _ in provisional)
     mapper.close()
 
 

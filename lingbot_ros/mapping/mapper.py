@@ -293,8 +293,10 @@ class Mapper:
         included, as in ``map_points``) and of the camera path. The future's MapView: the path
         is read here, the map sampled on the map builder's thread (the frame loop never waits
         for the map). Reads without changing anything: the held keyframe stays undoable."""
-        return self._store.view(self._stream.frames.conversion, self._provisional_points(), point_budget,
-                                pose_budget)
+        windows, s = self._stream.windows, self.settings
+        provisional = list if windows is None else windows.provisional_points_later(s.min_confidence,
+                                                                                    s.map_points_stride)
+        return self._store.view(self._stream.frames.conversion, provisional, point_budget, pose_budget)
 
     def saved_trajectory(self) -> Trajectory:
         """The robot base's poses in map (what save() writes), oldest first."""

@@ -143,8 +143,8 @@ class MapStore:
         combined.insert(conversion.points(xyz), rgb)
         return combined.points()
 
-    def view(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], point_budget: int,
-             pose_budget: int) -> Future:
+    def view(self, conversion: MapConversion, extra: Callable[[], list[tuple[np.ndarray, np.ndarray]]],
+             point_budget: int, pose_budget: int) -> Future:
         """What a live view draws, in metres once the scale is known: the path read now
         (``view_path``), the points sampled on the map builder's thread (``view_points``); the
         future's MapView. The caller never waits for the map."""
@@ -153,16 +153,17 @@ class MapStore:
         return self.view_points(conversion, extra, point_budget, lambda xyz, rgb, total: MapView(
             xyz, rgb, total, positions, poses, units=units, voxel_size=self.voxel_size_m))
 
-    def view_points(self, conversion: MapConversion, extra: list[tuple[np.ndarray, np.ndarray]], budget: int,
-                    then: Callable[[np.ndarray, np.ndarray, int], T]) -> Future:
+    def view_points(self, conversion: MapConversion, extra: Callable[[], list[tuple[np.ndarray, np.ndarray]]],
+                    budget: int, then: Callable[[np.ndarray, np.ndarray, int], T]) -> Future:
         """``then(xyz, rgb, total)`` of at most ``budget`` of the map's points in ``map`` (xyz
         float32, rgb uint8), an even sample of every part (store/map_view.py), the held keyframe and
-        ``extra`` (in I) as points of their own, and how many points the parts hold: sampled on
-        the map builder's thread, in order after the inserts so far (the caller never waits).
-        Changes nothing."""
+        the points ``extra()`` makes (in I) as points of their own, and how many points the parts
+        hold: sampled, ``extra`` called, on the map builder's thread, in order after the inserts
+        so far (the caller never waits). Changes nothing."""
         finished = self._finished_map   # changed only after the queue is done (end_stream), else replaced
-        loose = ([self._held[1]] if self._held is not None else []) + list(extra)
-        return self._live.after(lambda live: then(*_sample(finished, live, loose, conversion, budget)))
+        held = [self._held[1]] if self._held is not None else []
+        return self._live.after(lambda live: then(*_sample(finished, live, held + list(extra()), conversion,
+                                                           budget)))
 
     def view_path(self, conversion: MapConversion, budget: int) -> tuple[np.ndarray, int]:
         """At most ``budget`` camera positions in ``map`` [m, 3], oldest first, evenly sampled

@@ -16,6 +16,7 @@ session and places the outputs.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 import dataclasses
 
 import torch
@@ -95,8 +96,15 @@ class LiveWindows:
     def provisional_points(self, min_confidence: float, stride: int) -> list[tuple]:
         """The provisional keyframes' points (in I) with their current values, (xyz, rgb) each: a
         resumed window's stored ones first, then this window's."""
+        return self.provisional_points_later(min_confidence, stride)()
+
+    def provisional_points_later(self, min_confidence: float, stride: int) -> Callable[[], list[tuple]]:
+        """``provisional_points`` picked now (the frame loop owns this bookkeeping) and made when
+        called, on any thread: making them reads model outputs on the device (on CUDA a wait for
+        it), which the live view leaves to the map builder's thread."""
         stored = [points for _, points in self.resumed.values() if points is not None]
-        return stored + [o.internal_points(min_confidence, stride) for o in self.provisional() if o.is_keyframe]
+        keyframes = [o for o in self.provisional() if o.is_keyframe]
+        return lambda: stored + [o.internal_points(min_confidence, stride) for o in keyframes]
 
     def end(self) -> tuple[dict, list[MapperOutput]]:
         """The stream ends here: the resumed window's provisional frames that no re-run reached
