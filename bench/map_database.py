@@ -44,7 +44,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lingbot_ros.mapping import factory, mapper as mapper_code
+    from lingbot_ros.mapping import factory
+    from lingbot_ros.mapping.database import continuation as continuation_code
     from lingbot_ros.mapping.database.writer import MapWriter, stored_bytes
     from lingbot_ros.mapping.mapper import Mapper
     from lingbot_ros.mapping.records import InputFrame
@@ -86,8 +87,8 @@ def main(argv=None) -> int:
         queue_continuation(*a, **k)
     recorder.continuation = counted
     continuation_ms = []
-    # A continuation stored while mapping: built (mapper.continuation_of), then queued.
-    build, built_at = mapper_code.continuation_of, []
+    # A continuation stored while mapping: built (continuation.continuation_of), then queued.
+    build, built_at = continuation_code.continuation_of, []
 
     def timed_build(*a, **k):
         built_at.append(time.perf_counter())
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
         if built_at:
             continuation_ms.append((time.perf_counter() - built_at.pop()) * 1e3)
     recorder.continuation = timed_queue
-    mapper_code.continuation_of = timed_build
+    continuation_code.continuation_of = timed_build
 
     base = cv2.resize((np.random.default_rng(1).random((60, 80)) * 255).astype(np.uint8), (640, 480),
                       interpolation=cv2.INTER_CUBIC)
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     for index in range(args.frames):
         rgb = np.ascontiguousarray(np.dstack([np.roll(base, 3 * index, axis=1)] * 3))
         mapper.process(InputFrame(rgb=rgb, stamp_ns=index * 33_333_333))
-    mapper_code.continuation_of = build   # the clean end's continuation is not one of them
+    continuation_code.continuation_of = build   # the clean end's continuation is not one of them
     mapper.finish()
     wall_s = time.perf_counter() - start
     mapper.close()

@@ -7,8 +7,10 @@ through the same verbs. The folders, by concept (docs/layout.md has a line per m
                                        one place a stream starts; counts and the snapshot
     outputs.py  placing.py             a session result as a checked output in ``map``; where a
                                        placed output goes (map, database, outcome) and its undo
-    settings.py  factory.py  records.py  stamps.py  keyframes.py  long_run.py
-                                       settings, the model bundle, the typed values in and out,
+    map_reads.py                       the map read without changing it (points, view, save)
+    settings.py  settings_rules.py     the settings and the rules between them
+    factory.py  records.py  warmup_size.py  stamps.py  keyframes.py  long_run.py
+                                       the model bundle, the typed values in and out, the warm-up,
                                        the stamp, keyframe and long-run policies
     windows/     the windowed policy: the window rule, the live policy, the offline run,
                  window-to-window similarity

@@ -15,8 +15,7 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
     flush() -> str                    make deferred evictions final
     new_window() -> str               the windowed policy's next window starts at the next frame
     warm_up(size) -> float            dummy frames before the first real one (seconds)
-    map_points(), saved_trajectory(), path_poses(n), save(directory), snapshot
-    view(point_budget, pose_budget) -> Future[MapView]   samples for a live view (store/map_view.py), no change
+    map_points(), view(budgets), saved_trajectory(), path_poses(n), save(directory)   (map_reads.py), snapshot
     add_odometry(stamp_ns, pose, went_back_ok), odometry_at(stamp_ns)   (any thread)
 
 Per-stream state lives in one ``StreamState`` that every restart replaces whole; ``Streams``
@@ -30,7 +29,6 @@ the Mapper as the database's last run (database/resume.py).
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from concurrent.futures import Future
 from dataclasses import replace
@@ -41,27 +39,28 @@ import torch
 
 from ..cache import NothingToRollback
 from ..stream import ImageError
-from .database.continuation import continuation_of
+from .database.continuation import ContinuationSchedule
 from .database.recorder import open_recorder
 from .database.resume import load_resumed
 from .factory import SessionBundle
-from .files.export import write_map_files
 from .files.staged_files import StagedFiles
 from .keyframes import FLUSH, KEEP, ROLLBACK
 from .long_run import make_long_run_policy
+from .map_reads import MapReads
 from .outputs import output_of
 from .placement.robot import RobotFrames
 from .placing import Placing
-from .records import (BOUND, FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, WARMUP,
+from .records import (FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, WARMUP,
                       InputFrame, MapperSnapshot, Notice, SavedMap, StepOutcome)
-from .settings import LIVE, MapperSettings, SettingsError
+from .settings import MapperSettings, SettingsError
+from .settings_rules import fixed_changes
 from .stamps import DROP, REFUSE, RESTART as STAMP_RESTART, seconds_text
 from .status import MapperStatus, init_text, snapshot, tracking_text
 from .store.map_store import MapStore
 from .store.trajectory import StampedPose, Trajectory
 from .streams import StreamState, Streams
 from .windows.live import Pending
-from .warmup_size import WarmupSize, warmup_size
+from .warmup_size import WarmupSize, run_warmup, warmup_size
 
 
 class Mapper:
@@ -78,25 +77,21 @@ class Mapper:
                                       resume_from=resumed.run if resumed else None)
         self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses,
                                self.recorder)
-        if resumed is not None:
-            self._store.resume(resumed.trajectory, resumed.voxel_map, resumed.finished)
-            if resumed.mount is not None:
-                self.robot.set_mount(resumed.mount, "the resumed run")
         self._streams = Streams(settings, self.robot, self._store, self.preprocessor)
         self._placing = Placing(self._store, self.recorder, settings)
+        self._reads = MapReads(self._store, self._streams, settings)
+        self._continuations = ContinuationSchedule(self.recorder, self.robot, settings.map_database_continuation_s)
         self._frames_in = 0              # index of the next input frame (since configure)
         self._status = MapperStatus()
         self._warmed: WarmupSize | None = None   # until the first frame: what warm_up prepared
-        self._continuation_due = 0.0     # monotonic time of the next continuation stored while mapping
-        self._stream = self._streams.first()
+        self._stream, resumed_text = self._streams.start(resumed)
         self._snapshot = MapperSnapshot(init_frames_needed=settings.num_scale_frames)
         if resumed is not None:
             self._frames_in = resumed.next_index
-            self._stream, resume_text = self._streams.resumed(resumed, self._stream)
             if self._stream.resume_note is not None:   # a crash now resumes the same
-                self.recorder.continuation(self._continuation(with_points=False))
-        if resume_text:
-            self._enter(WAITING, f"{resume_text}; waiting for images")
+                self._continuations.store(self._stream, self._frames_in)
+        if resumed_text or resume_text:
+            self._enter(WAITING, f"{resumed_text or resume_text}; waiting for images")
         self._publish_snapshot()   # the database's run holds the conversion (a fixed scale) from the start
 
     # -- verbs -----------------------------------------------------------------------------------
@@ -121,21 +116,14 @@ class Mapper:
         return self._frames_in
 
     def warm_up(self, size: WarmupSize | None = None) -> float:
-        """Run dummy frames of ``size`` (default: warmup_size.py's rule with nothing found)
-        through both phases (kernel builds, the CUDA graph capture, which survives the reset),
-        then leave the session empty. Only before the first real frame: a live stream is never
-        disturbed."""
+        """Run dummy frames of ``size`` (default: warmup_size.py's rule with nothing found) through
+        both phases (warmup_size.run_warmup). Only before the first real frame: a live stream is
+        never disturbed."""
         if self._status.last_frame is not None:
             raise RuntimeError("warm_up() runs before the first frame; the stream is live")
         start = time.perf_counter()
-        size = self._warmed = size or warmup_size(self.settings)
-        image = self.preprocessor(np.full((size.height, size.width, 3), 128, np.uint8))
-        with torch.inference_mode():
-            # With num_scale_frames > 1 step() only buffers; closing phase 1 runs it.
-            self.session.step(image)
-            self.session.close_scale_phase()
-            self.session.step(image)
-        self.session.reset()
+        self._warmed = size or warmup_size(self.settings)
+        run_warmup(self.session, self.preprocessor, self._warmed)
         self._publish_snapshot()
         return time.perf_counter() - start
 
@@ -160,12 +148,10 @@ class Mapper:
             self._reject(outcome, f"image skipped: {error}")
             return
         warmed, self._warmed = self._warmed, None
-        if warmed is not None and (image.shape[-1], image.shape[-2]) != warmed.model_input:
-            outcome.notices.append(Notice(WARMUP, (
-                f"the first image ({frame.rgb.shape[1]}x{frame.rgb.shape[0]}, model input {image.shape[-1]}x"
-                f"{image.shape[-2]}) is not the size the warm-up ran on, {warmed.describe()}: its cache is built "
-                "again (on CUDA its graph captured again); set warmup_image_size to the camera's WxH")))
         size = (frame.rgb.shape[1], frame.rgb.shape[0])
+        mismatch = warmed.mismatch(size, (image.shape[-1], image.shape[-2])) if warmed is not None else ""
+        if mismatch:
+            outcome.notices.append(Notice(WARMUP, mismatch))
         known = self._stream.input_wh
         if known is not None and size != known:
             self._end_stream(outcome, f"image size changed from {known[0]}x{known[1]} to {size[0]}x{size[1]}",
@@ -188,7 +174,7 @@ class Mapper:
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
         else:
-            self._store_continuation()
+            self._continuations.while_mapping(self._stream, self._frames_in)
 
     def finish(self) -> StepOutcome:
         """End of the input: a stream shorter than num_scale_frames runs as a short phase 1, and
@@ -208,24 +194,18 @@ class Mapper:
         NothingToRollback, having changed nothing, when the newest frame cannot be undone: none
         given, a phase-1 frame already placed, a frame not stored in the cache (keyframe
         interval, motion policy) or one a window runs again for its alignment."""
-        run, windows = self._stream.run, self._stream.windows
-        buffered = bool(run.awaiting)
-        why = run.rollback_refusal() or (windows.refuses_rollback(had_result=not buffered) if windows else "")
+        why = self._stream.rollback_refusal()
         if why:
             raise NothingToRollback(why)
         before = self.session.usage().frames_stored
         self.session.rollback_last_frame()        # refuses before changing anything
-        run.given.pop()
-        if buffered:                               # a buffered phase-1 frame was dropped
-            run.awaiting.pop()                     # its index stays used: indices never repeat
-            if windows is not None:
-                windows.forget_newest(had_result=False)
+        index = self._stream.rolled_back()
+        if index is None:                          # a buffered phase-1 frame was dropped
             self._enter(INITIALISING, self._init_text())
             self._publish_snapshot()
             return "dropped the newest buffered scale frame"
-        index = run.stored.pop()
         points = self._placing.undo(self._stream, index)
-        self._continuation_due = 0.0   # the stored one may hold this frame: store the next one soon
+        self._continuations.soon()
         self._status = self._status.counted(rolled_back=1)
         self._publish_snapshot()
         return (f"rolled back frame {index}: {before} frames in cache before, "
@@ -244,21 +224,16 @@ class Mapper:
         ``ov`` frames keep the values they have (they are final or become so as usual); the new
         window runs them again only to be aligned to them. Raises ValueError, having changed
         nothing, when it cannot."""
-        windows = self._stream.windows
-        if windows is None:
+        if self._stream.windows is None:
             raise ValueError("new_window needs long_run_policy windowed")
-        refusal = windows.switch_refusal()
-        if refusal:
-            raise ValueError(refusal)
-        windows.switch_asked = True
-        return f"window {windows.number + 1} starts at the next frame"
+        return self._stream.windows.ask_switch()
 
     def close(self) -> None:
         """End the run in the map database (a clean end: the state a save now would write) and
         stop the map builder's thread (the owner is done with this Mapper)."""
         try:
             self._store.merge()
-            self.recorder.continuation(self._continuation(with_points=True), self._provisional_points())
+            self._continuations.store(self._stream, self._frames_in, self._reads.provisional_points(self._stream))
         except Exception:   # a map insert's or a device's error: it was reported where it happened
             pass
         self.recorder.close()
@@ -266,48 +241,26 @@ class Mapper:
 
     def apply_live(self, settings: MapperSettings) -> None:
         """New values of LIVE settings (between frames; the others must not change)."""
-        changed = {f.name for f in dataclasses.fields(settings)
-                   if getattr(settings, f.name) != getattr(self.settings, f.name)}
-        fixed = sorted(name for name in changed
-                       if MapperSettings.__dataclass_fields__[name].metadata.get("when") != LIVE)
+        fixed = fixed_changes(self.settings, settings)
         if fixed:
             raise SettingsError(f"{fixed} cannot change while the Mapper runs")
-        self.settings = self._streams.settings = self._placing.settings = settings
+        self.settings = self._streams.settings = self._placing.settings = self._reads.settings = settings
         self._stream.apply_live(settings)
         self.long_run = make_long_run_policy(settings)
 
+    # -- reading the map (map_reads.py; nothing changes) -------------------------------------------
+
     def map_points(self) -> tuple[np.ndarray, np.ndarray]:
-        """The map (xyz float32 [N, 3] in map, rgb uint8 [N, 3]), the newest keyframe included
-        (merged for good: a later rollback no longer removes its points). A windowed run's
-        provisional keyframes are in it with their current values, as if the stream ended here;
-        they enter the map itself only when final."""
-        xyz, rgb = self._store.points(self._stream.frames.conversion, self._provisional_points())
-        finite = np.isfinite(xyz).all(axis=1)
-        if not finite.all():   # every frame's points were checked: a conversion overflowed float32
-            raise FloatingPointError(f"{int((~finite).sum())} of {len(xyz)} map points are not finite: the map "
-                                     "is not published or saved")
-        return xyz, rgb
+        return self._reads.points(self._stream)
 
     def view(self, point_budget: int, pose_budget: int) -> Future:
-        """What a live view draws (store/map_view.py): even samples of the map (provisional keyframes
-        included, as in ``map_points``) and of the camera path. The future's MapView: the path
-        is read here, the map sampled on the map builder's thread (the frame loop never waits
-        for the map). Reads without changing anything: the held keyframe stays undoable."""
-        windows, s = self._stream.windows, self.settings
-        provisional = list if windows is None else windows.provisional_points_later(s.min_confidence,
-                                                                                    s.map_points_stride)
-        return self._store.view(self._stream.frames.conversion, provisional, point_budget, pose_budget)
+        return self._reads.view(self._stream, point_budget, pose_budget)
 
     def saved_trajectory(self) -> Trajectory:
-        """The robot base's poses in map (what save() writes), oldest first."""
-        return self._store.trajectory(self._stream.frames.conversion)
+        return self._reads.trajectory(self._stream)
 
     def path_poses(self, count: int | None = None) -> list[tuple[StampedPose, object]]:
-        """The newest ``count`` poses (None: all), oldest first, as (entry, conversion) with
-        T_M_base = conversion.base_pose(entry.pose), or entry.pose itself where conversion is None.
-        Both are immutable, so a caller may cache what it built from them by identity."""
-        store = self._store
-        return store.newest_poses(store.max_poses if count is None else count, self._stream.frames.conversion)
+        return self._reads.path_poses(self._stream, count)
 
     @property
     def camera_base(self) -> np.ndarray:
@@ -315,21 +268,12 @@ class Mapper:
         return self._stream.frames.conversion.camera_base
 
     def window_records(self) -> list:
-        """The windows of what is saved (ended streams still in the map, then the current one)."""
-        windows = self._stream.windows
-        return self._streams.ended_records + (windows.records if windows is not None else [])
+        return self._reads.window_records(self._stream)
 
     def save(self, directory: str | Path, staged: StagedFiles | None = None) -> SavedMap:
-        """The map's files in ``directory``, all or none; with ``staged`` only staged there, for
-        the caller to commit with its own files (files/export.write_map_files)."""
-        xyz, rgb = self.map_points()
-        trajectory = self.saved_trajectory()
-        ply, tum = write_map_files(directory, xyz, rgb, trajectory,
-                                   self.window_records() if self._stream.windows is not None else None,
-                                   units="m" if self._stream.frames.conversion.metric.known else "model units",
-                                   staged=staged)
+        saved = self._reads.save(self._stream, directory, staged)
         self._publish_snapshot()
-        return SavedMap(str(ply), str(tum), len(xyz), len(trajectory))
+        return saved
 
     def add_odometry(self, stamp_ns: int, pose: np.ndarray, went_back_ok: bool = False) -> bool:
         """T_odom_base at ``stamp_ns`` (any thread); False if the buffer ignored it (too old, or
@@ -420,13 +364,7 @@ class Mapper:
     def _emit(self, outcome, pending: Pending, result, is_keyframe: bool, trusted: bool, final: bool) -> None:
         """A frame's first output: published now; final now or when its window's successor ran."""
         output = output_of(self._stream, pending, result, is_keyframe, trusted, final)
-        store = self._store
-        if store.num_poses() == store.max_poses and not self._status.warned_trajectory_bound:
-            self._status = replace(self._status, warned_trajectory_bound=True)
-            outcome.notices.append(Notice(BOUND, (
-                f"the trajectory holds max_trajectory_poses={store.max_poses} poses: the oldest "
-                "are dropped from now on (the saved trajectory starts later)")))
-        store.add_pose(output.index, output.stamp_ns, output.internal_pose)
+        self._placing.add_pose(outcome, output)
         self._status = replace(self._status.counted(processed=1), last_placed=output.index)
         self._placing.first(outcome, self._stream, output)
 
@@ -454,12 +392,9 @@ class Mapper:
 
     def _switch_window(self, outcome: StepOutcome) -> None:
         """The current window is full: a new session run starts from its last ``ov`` frames."""
-        state = self._stream
         with torch.inference_mode():
             self.session.reset()
-        state.run = self._streams.new_run()
-        state.frames.window_switch()
-        for pending in state.windows.next_window():
+        for pending in self._streams.window_switch(self._stream):
             self._run(outcome, pending)
 
     def _end_stream(self, outcome: StepOutcome, reason: str, keep_map: bool, lost: bool = False) -> None:
@@ -469,16 +404,11 @@ class Mapper:
         stream kept at its own scale (store/map_store.py); otherwise both are cleared."""
         self._close(outcome, lost)
         self.session.reset()
-        if keep_map:
-            self._stream = self._streams.after(self._stream)
-        else:
-            self._status = self._status.counted(cleared=self._store.clear())
-            self._stream = self._streams.after_clear()
+        self._stream, cleared = self._streams.restarted(self._stream, keep_map)
         # The odometry buffer stays: the frames still queued need theirs (the front end clears it
         # when odometry stamps go back, as a looped bag's do).
-        self.recorder.continuation(None)   # of the ended stream; the new one stores its own soon
-        self._continuation_due = 0.0
-        self._status = replace(self._status.counted(restarts=1), restart_reason=reason)
+        self._continuations.ended()
+        self._status = replace(self._status.counted(restarts=1, cleared=cleared), restart_reason=reason)
         self._enter(RESTARTED, f"restarted: {reason}")
         if not lost:
             kept = "map continues from the last pose" if keep_map else "map cleared"
@@ -487,11 +417,7 @@ class Mapper:
     def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
         text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
                 f"{type(error).__name__}: {error}")
-        last_placed = self._status.last_placed
-        placed = -1 if last_placed is None else last_placed   # frames are placed in index order
-        lost = {p.index for p in self._stream.run.awaiting if not p.rerun and p.index > placed}
-        if last_placed != index:
-            lost.add(index)
+        lost = self._stream.run.lost(index, self._status.last_placed)
         self._status = replace(self._status.counted(failed=len(lost)), last_error=text)
         outcome.notices.append(Notice(FAILED, text + " (stream restarted, continuing)"))
         if self.bundle.device.startswith("cuda"):
@@ -502,25 +428,7 @@ class Mapper:
         self._status = replace(self._status.counted(rejected=1), last_error=text)
         outcome.notices.append(Notice(REJECTED, text))
 
-    # -- the database continuation and the status ------------------------------------------------
-
-    def _provisional_points(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        windows, s = self._stream.windows, self.settings
-        return [] if windows is None else windows.provisional_points(s.min_confidence, s.map_points_stride)
-
-    def _continuation(self, with_points: bool):
-        return continuation_of(self._stream, self._frames_in, self.robot, with_points)
-
-    def _store_continuation(self) -> None:
-        """While mapping, at most every map_database_continuation_s: the continuation a resume
-        after a crash aligns to (its bytes: README, The map database)."""
-        period, windows = self.settings.map_database_continuation_s, self._stream.windows
-        now = time.monotonic()
-        if (not period or now < self._continuation_due or windows is None or not self.recorder.active
-                or windows.switch_refusal()):
-            return
-        self._continuation_due = now + period
-        self.recorder.continuation(self._continuation(with_points=False))
+    # -- the status ---------------------------------------------------------------------------------
 
     def _done(self, outcome: StepOutcome) -> StepOutcome:
         self._publish_snapshot()

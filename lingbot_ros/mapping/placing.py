@@ -10,15 +10,26 @@ from __future__ import annotations
 import dataclasses
 
 from .database.recorder import StoredFrame
-from .records import MapperOutput, StepOutcome
+from .records import BOUND, MapperOutput, Notice, StepOutcome
 
 
 class Placing:
     def __init__(self, store, recorder, settings):
         self.store, self.recorder, self.settings = store, recorder, settings
+        self.warned_bound = False   # the trajectory's bound reached (said once per Mapper)
+
+    def add_pose(self, outcome: StepOutcome, output: MapperOutput) -> None:
+        """A frame's first pose into the trajectory (its oldest dropped once full: said once)."""
+        store = self.store
+        if store.num_poses() == store.max_poses and not self.warned_bound:
+            self.warned_bound = True
+            outcome.notices.append(Notice(BOUND, (
+                f"the trajectory holds max_trajectory_poses={store.max_poses} poses: the oldest "
+                "are dropped from now on (the saved trajectory starts later)")))
+        store.add_pose(output.index, output.stamp_ns, output.internal_pose)
 
     def first(self, outcome: StepOutcome, stream, output: MapperOutput) -> None:
-        """A frame's first output (its pose already in the trajectory): published now."""
+        """A frame's first output (its pose already added): published now."""
         outcome.new.append(output)
         self._final_or_held(outcome, stream, output)
 

@@ -1,4 +1,5 @@
-"""MapperSettings: every choice of the mapping pipeline, one name each, validated in one place.
+"""MapperSettings: every choice of the mapping pipeline, one name each, validated when built
+(each field by its ``setting`` here, the rules between fields in settings_rules.py).
 
 The node declares one ROS parameter per field and the command-line tools one flag per field
 (``sliding_window`` is the parameter ``sliding_window`` and the flag ``--sliding-window``), with
@@ -15,7 +16,7 @@ from typing import Any, Callable, Mapping
 from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..stream import SettingsError   # one error type for every settings problem
 from ..stream.settings import BACKENDS, DTYPES, KV_CACHE_DTYPES
-from .placement.metric_scale import SCALE_SOURCES, pairs_fit
+from .placement.metric_scale import SCALE_SOURCES
 from .windows.similarity import ESTIMATORS
 
 KEYFRAME_POLICIES = ("interval", "motion")
@@ -266,6 +267,8 @@ class MapperSettings:
                                               "while the file holds more than this (MB; 0 = no limit)", minimum=0)
 
     def __post_init__(self):
+        from .settings_rules import cross_field_errors   # the rules' module reads this one's bounds
+
         errors = field_errors(self)
         if not errors:
             errors = cross_field_errors(self)
@@ -279,42 +282,6 @@ class MapperSettings:
         return WindowRule(self.window_size, self.num_scale_frames, self.keyframe_interval,
                           overlap_size=None if self.overlap_keyframes else self.overlap_size,
                           overlap_keyframes=self.overlap_keyframes or None)
-
-
-def cross_field_errors(settings: "MapperSettings") -> list[str]:
-    """The rules between fields, each the one the Mapper's parts would otherwise assert at
-    construction (so that settings that pass here never fail there)."""
-    errors = []
-    s = settings
-    if s.num_scale_frames > s.scale_frames + s.sliding_window:
-        errors.append(f"'num_scale_frames' ({s.num_scale_frames}) must be at most scale_frames + "
-                      f"sliding_window ({s.scale_frames} + {s.sliding_window}): the phase-1 batch "
-                      "would be evicted while it is appended")
-    if s.scale_frames + s.sliding_window > MAX_CACHE_FRAMES:
-        errors.append(f"'sliding_window' ({s.sliding_window}) plus scale_frames ({s.scale_frames}) must be at most "
-                      f"{MAX_CACHE_FRAMES} (the model's max_frame_num; the cache allocates a page for each): "
-                      "lower one of them")
-    if s.long_run_policy == "windowed":
-        layout = s.window_rule().layout()
-        if layout.overlap > MAX_CACHE_FRAMES:
-            errors.append(f"'overlap_size' / 'overlap_keyframes': the windowed policy's overlap ({layout.overlap} "
-                          f"frames) must be at most {MAX_CACHE_FRAMES} (its frames' images stay on the model's "
-                          "device to be run again): lower them")
-        if not layout.live_overlap_fits:
-            errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
-                          f"a window ({layout.window_frames} frames): lower overlap_size / "
-                          "overlap_keyframes or raise window_size")
-    size = parse_image_size(s.warmup_image_size)
-    if size is not None:
-        from .warmup_size import image_size_error
-
-        error = image_size_error(*size, s.image_width)
-        if error:
-            errors.append(f"'warmup_image_size' ({s.warmup_image_size}): {error}")
-    if not pairs_fit(s.scale_min_pairs, s.scale_window_pairs):
-        errors.append(f"'scale_min_pairs' ({s.scale_min_pairs}) must be >= 2 and at most scale_window_pairs "
-                      f"({s.scale_window_pairs})")
-    return errors
 
 
 def field_errors(obj) -> list[str]:

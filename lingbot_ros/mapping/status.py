@@ -32,7 +32,6 @@ class MapperStatus:
     model_ms: float = 0.0             # the newest frame's model time
     last_frame: InputFrame | None = None
     last_placed: int | None = None    # index of the newest frame that got its pose
-    warned_trajectory_bound: bool = False
 
     def counted(self, **added: int) -> MapperStatus:
         counts = self.counts

@@ -76,6 +76,13 @@ class SessionRun:
                     "newest frame can be rolled back, and only while it is stored")
         return ""
 
+    def lost(self, index: int, last_placed: int | None) -> set[int]:
+        """The frames a failure on frame ``index`` loses: the buffered ones never placed (frames are
+        placed in index order) and ``index`` itself unless it got its pose."""
+        placed = -1 if last_placed is None else last_placed
+        lost = {p.index for p in self.awaiting if not p.rerun and p.index > placed}
+        return lost if last_placed == index else lost | {index}
+
 
 @dataclasses.dataclass
 class StreamState:
@@ -94,6 +101,23 @@ class StreamState:
             self.run.motion.min_parallax_px = settings.keyframe_min_parallax_px
         self.stamps.set_limits(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
 
+    def rollback_refusal(self) -> str:
+        """Why the newest frame cannot be rolled back ('' if it can): the session run's rule, then
+        the windows' (a frame a window runs again for its alignment)."""
+        windows, buffered = self.windows, bool(self.run.awaiting)
+        return self.run.rollback_refusal() or (windows.refuses_rollback(had_result=not buffered) if windows else "")
+
+    def rolled_back(self) -> int | None:
+        """The session rolled its newest frame back: out of the run's bookkeeping. Its index, or None
+        for a buffered phase-1 frame (dropped; its index stays used: indices never repeat)."""
+        self.run.given.pop()
+        if not self.run.awaiting:
+            return self.run.stored.pop()
+        self.run.awaiting.pop()
+        if self.windows is not None:
+            self.windows.forget_newest(had_result=False)
+        return None
+
 
 class Streams:
     def __init__(self, settings, robot: RobotFrames, store, preprocessor):
@@ -105,8 +129,25 @@ class Streams:
         """A stream with no earlier one to continue from."""
         return self._new(*self.robot.first_stream())
 
+    def start(self, resumed) -> tuple[StreamState, str]:
+        """The Mapper's first stream: a new one, or (``resumed`` from database/resume.py, None: no
+        resume) the stored run's map, trajectory and mount, and its stream (``resumed``)."""
+        if resumed is None:
+            return self.first(), ""
+        self.store.resume(resumed.trajectory, resumed.voxel_map, resumed.finished)
+        if resumed.mount is not None:
+            self.robot.set_mount(resumed.mount, "the resumed run")
+        return self.resumed(resumed, self.first())
+
+    def restarted(self, ended: StreamState, keep_map: bool) -> tuple[StreamState, int]:
+        """The next stream after ``ended``, and the map points cleared (0 where the map is kept)."""
+        if keep_map:
+            return self.after(ended), 0
+        cleared = self.store.clear()
+        return self.after_clear(), cleared
+
     def after_clear(self) -> StreamState:
-        """The map was cleared: nothing of the ended streams is left."""
+        """The map is cleared: nothing of the ended streams is left."""
         self.ended_records, self.last_map_pose = [], None
         return self.first()
 
@@ -172,6 +213,13 @@ class Streams:
         if self.last_map_pose is None:
             return state, f"{where}: it holds no frame, a new map starts"
         return state, f"{where}: {why}, a new stream at its own scale continues from the last pose"
+
+    def window_switch(self, state: StreamState) -> list[Pending]:
+        """The windowed policy's next window in ``state`` (the session was reset): a new session run,
+        the frames it runs first (the last window's ``ov``, to align to them)."""
+        state.run = self.new_run()
+        state.frames.window_switch()
+        return state.windows.next_window()
 
     def new_run(self) -> SessionRun:
         s = self.settings

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+import torch
+
 from ..io.decode_errors import DEFAULT_MAX_PIXELS
 from ..io.sources import SourceError
 from ..stream import ImageError
@@ -51,6 +54,26 @@ class WarmupSize:
     def describe(self) -> str:
         """'518x294 images (from ...; model input 518x294)'."""
         return f"{self.text} images ({self.source}; model input {self.model_input[0]}x{self.model_input[1]})"
+
+    def mismatch(self, image_wh: tuple[int, int], model_wh: tuple[int, int]) -> str:
+        """Why the first real image does not use what was warmed up ('' where its model input is this one's)."""
+        if model_wh == self.model_input:
+            return ""
+        return (f"the first image ({image_wh[0]}x{image_wh[1]}, model input {model_wh[0]}x{model_wh[1]}) is not the "
+                f"size the warm-up ran on, {self.describe()}: its cache is built again (on CUDA its graph captured "
+                "again); set warmup_image_size to the camera's WxH")
+
+
+def run_warmup(session, preprocessor, size: WarmupSize) -> None:
+    """Dummy frames of ``size`` through both phases of ``session`` (kernel builds, the CUDA graph
+    capture, which survives the reset), then the session left empty."""
+    image = preprocessor(np.full((size.height, size.width, 3), 128, np.uint8))
+    with torch.inference_mode():
+        # With num_scale_frames > 1 step() only buffers; closing phase 1 runs it.
+        session.step(image)
+        session.close_scale_phase()
+        session.step(image)
+    session.reset()
 
 
 def found_in_source(source) -> FoundSize:

@@ -15,6 +15,7 @@ database/schema.py); a resume reads it back (database/resume.py) as ``ResumedFra
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -82,6 +83,39 @@ def continuation_of(stream, next_index: int, robot, with_points: bool) -> Contin
         carried["odometry_stamps_ns"], carried["odometry_poses"] = robot.odometry.samples_since(overlap[0].stamp_ns)
     return Continuation(windows.number if windows is not None else 0, next_index, stream.placement, tuple(overlap),
                         tuple(provisional), carried)
+
+
+class ContinuationSchedule:
+    """When the Mapper's continuation goes to the map database (the recorder): while mapping at
+    most every map_database_continuation_s (what a resume after a crash aligns to; its bytes:
+    README, The map database), at once where the Mapper asks, dropped when the stream ends."""
+
+    def __init__(self, recorder, robot, period_s: float):
+        self.recorder, self.robot, self.period_s = recorder, robot, period_s
+        self._due = 0.0   # monotonic time of the next one stored while mapping
+
+    def store(self, stream, next_index: int, points=None) -> None:
+        """Now; with ``points`` (the provisional keyframes') the stored frames' points too."""
+        continuation = continuation_of(stream, next_index, self.robot, with_points=points is not None)
+        self.recorder.continuation(continuation, points or ())
+
+    def while_mapping(self, stream, next_index: int) -> None:
+        """At most every period, while the window can be continued from (no switch due)."""
+        windows, now = stream.windows, time.monotonic()
+        if (not self.period_s or now < self._due or windows is None or not self.recorder.active
+                or windows.switch_refusal()):
+            return
+        self._due = now + self.period_s
+        self.store(stream, next_index)
+
+    def soon(self) -> None:
+        """The stored one may hold a frame that was rolled back: store the next one soon."""
+        self._due = 0.0
+
+    def ended(self) -> None:
+        """The stream ended: its continuation goes; the next stream stores its own soon."""
+        self.recorder.continuation(None)
+        self._due = 0.0
 
 
 def write_continuation(conn, run: int, continuation: Continuation | None, points, insert_points) -> None:

@@ -135,6 +135,15 @@ class LiveWindows:
                     "try again after more frames")
         return ""
 
+    def ask_switch(self) -> str:
+        """The next window starts at the next frame (``new_window``); ValueError, having changed
+        nothing, where it cannot (``switch_refusal``)."""
+        refusal = self.switch_refusal()
+        if refusal:
+            raise ValueError(refusal)
+        self.switch_asked = True
+        return f"window {self.number + 1} starts at the next frame"
+
     def is_final(self, position: int) -> bool:
         return position < self.length - self.overlap
 
