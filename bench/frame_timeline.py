@@ -92,9 +92,9 @@ def main(argv=None) -> int:
             session.step(images[n % 64])
             n += 1
         if not wrapped:
-            probe.wrap(session._cache, "begin_step", "begin")
-            probe.wrap(session._camera, "begin_step", "begin")
-            probe.wrap(session._cache._backend, "plan", "plan")
+            probe.wrap(session.global_cache, "begin_step", "begin")
+            probe.wrap(session.camera_cache, "begin_step", "begin")
+            probe.wrap(session.global_cache.attention, "plan", "plan")
             wrapped = True
         parts: dict[str, list[float]] = {k: [] for k in ("wall", "host", "begin", "plan", "launch", "gpu", "after")}
         for _ in range(args.frames):

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
 
     from lingbot_ros.mapping import factory
     from lingbot_ros.mapping.database import continuation as continuation_code
-    from lingbot_ros.mapping.database.writer import MapWriter, stored_bytes
+    from lingbot_ros.mapping.database.writer import stored_bytes
     from lingbot_ros.mapping.mapper import Mapper
     from lingbot_ros.mapping.records import InputFrame
     from lingbot_ros.mapping.settings import MapperSettings
@@ -57,16 +57,6 @@ def main(argv=None) -> int:
                               device="cpu", image_width=args.image_width, warmup=False,
                               map_database=str(directory / "map.db"), map_database_commit_s=args.commit_s,
                               map_database_continuation_s=args.continuation_s, map_database_images=args.images)
-    commit_ms = []
-    original_commit = MapWriter._commit
-
-    def timed_commit(self):
-        start = time.perf_counter()
-        result = original_commit(self)
-        commit_ms.append((time.perf_counter() - start) * 1e3)
-        return result
-
-    MapWriter._commit = timed_commit
     mapper = Mapper(settings, factory.build(settings))
     hook_s = [0.0]
     recorder = mapper.recorder
@@ -111,6 +101,7 @@ def main(argv=None) -> int:
     mapper.finish()
     wall_s = time.perf_counter() - start
     mapper.close()
+    commit_ms = list(mapper.recorder.writer.commit_ms)   # the writer times its own commits
     size = stored_bytes(directory / "map.db")
     with sqlite3.connect(directory / "map.db") as conn:
         images, image_bytes = conn.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(jpeg)), 0) FROM keyframe_images").fetchone()

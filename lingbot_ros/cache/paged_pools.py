@@ -55,6 +55,11 @@ class PagedPools:
         return self._backend.name
 
     @property
+    def attention(self):
+        """The attention backend object (its ``plan`` runs once per step)."""
+        return self._backend
+
+    @property
     def step_table(self) -> StepTable | None:
         """The current step's page table (None between steps). Its host tensors are reused
         two steps later."""

@@ -179,6 +179,16 @@ class StreamingSession:
                           (0 if kv is None else kv.bytes_in_use) + self._camera.nbytes_in_use())
 
     @property
+    def global_cache(self):
+        """The global layers' paged KV cache (None before the first frame): read it, e.g. to time its steps."""
+        return self._cache
+
+    @property
+    def camera_cache(self):
+        """The camera head's cache."""
+        return self._camera
+
+    @property
     def time_index(self) -> int:
         """3D-RoPE index the next frame gets: number of frames appended since reset (spec 8.2)."""
         return self._stored

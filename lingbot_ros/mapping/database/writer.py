@@ -68,6 +68,8 @@ class MapWriter:
         self.failure = ""
         self.text = f"opening {self.path}"
         self.commits = 0
+        # The newest commits' durations (ms, writer thread), for the benchmark of the disk's cost.
+        self.commit_ms: collections.deque[float] = collections.deque(maxlen=4096)
         self.crashed_runs: list[int] = []
         self._conn: sqlite3.Connection | None = None
         self._lock: WriterLock | None = None
@@ -198,12 +200,14 @@ class MapWriter:
 
     def _commit(self) -> bool:
         """Commit the open transaction; False (no transaction open) afterwards either way."""
+        start = time.perf_counter()
         try:
             self._conn.execute("UPDATE runs SET last_commit_ns = ? WHERE id = ?", (time.time_ns(), self.run))
             self._conn.execute("COMMIT")
         except Exception as error:
             self._abandon(error)
             return False
+        self.commit_ms.append((time.perf_counter() - start) * 1e3)
         self.commits += 1
         if self._on_commit is not None:
             self._on_commit(self.commits, self._last_index)
