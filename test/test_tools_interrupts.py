@@ -74,7 +74,7 @@ def test_offline_stopped_while_warming_up_writes_nothing(tmp_path, tiny_model):
     tool = Tool(tmp_path / "offline.log", ["lingbot_ros.tools.offline", "--input", "synthetic:160x120",
                                            "--max-frames", "50", "--output", str(out), *tiny_model,
                                            "--image-width", "518", "--warmup"])
-    tool.wait_for("lingbot-ros-offline: warming up at")
+    tool.wait_for("lingbot-ros-offline: warming up on")
     assert _stopped(tool.stop(signal.SIGTERM), signal.SIGTERM) == ": before the first frame: nothing was written"
     assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]
 
@@ -115,7 +115,7 @@ def test_fixture_stopped_while_running_writes_no_output(tmp_path, fixture_files)
 def test_prebuild_stopped_while_warming_up(tmp_path):
     tool = Tool(tmp_path / "prebuild.log", ["lingbot_ros.tools.prebuild", "--device", "cpu", "--model-config",
                                             "tiny", "--image-width", "518", "--warmup-image-size", "640x480"])
-    tool.wait_for("[prebuild] warm-up at")
+    tool.wait_for("[prebuild] warm-up on")
     out = tool.stop(signal.SIGTERM)
     _stopped(out, signal.SIGTERM)
     assert "[prebuild] done" not in out
