@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,6 +49,7 @@ try:   # ROS 2: without it the tests of the ROS layer cannot run (need_module, t
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import CompressedImage, Image
 
+    from lingbot_ros.ros.spinning import BackgroundSpin
     from lingbot_ros.ros.status import frames_accounted
 except ImportError:
     rclpy = None
@@ -163,17 +163,23 @@ def unpack_points(msg):
     return xyz, rgb
 
 
-def shut_down(processes, executor, thread, node, context) -> None:
+def background_spin(executor) -> "BackgroundSpin":
+    """``executor`` spun on a daemon thread the way the tools spin theirs (ros/spinning.py): its
+    shutdown never raises InvalidHandle in the spinning thread, as ``executor.spin`` on a thread
+    did (Jazzy)."""
+    return BackgroundSpin(executor, rclpy.logging.get_logger("test_probe_spin")).start()
+
+
+def shut_down(processes, spin: "BackgroundSpin", node, context) -> None:
     """Teardown of a probe node: subprocesses killed, executor and node gone."""
     for proc in processes:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    executor.shutdown(timeout_sec=2)
-    thread.join(5)
+    spin.stop()
     node.destroy_node()
     context.try_shutdown()
-    assert not thread.is_alive()
+    assert not spin.running
 
 
 class ProbeNode:
@@ -200,8 +206,7 @@ class ProbeNode:
         self.node = rclpy.create_node(node_name, context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spin = background_spin(self.executor)
         self.procs: list[subprocess.Popen] = []
         self.logs: dict[int, Path] = {}
 
@@ -219,7 +224,7 @@ class ProbeNode:
         return self.logs[proc.pid].read_text()
 
     def close(self) -> None:
-        shut_down(self.procs, self.executor, self.thread, self.node, self.context)
+        shut_down(self.procs, self.spin, self.node, self.context)
 
 
 class Ros(ProbeNode):

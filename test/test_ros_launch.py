@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
-from helpers import wait_until  # noqa: E402
+from helpers import background_spin, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -125,8 +124,7 @@ class LaunchRun:
         self.node = rclpy.create_node("launch_probe", context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spin = background_spin(self.executor)
 
     def start(self, *arguments: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(self.launch_path), *arguments],
@@ -190,8 +188,7 @@ class LaunchRun:
                 pass
             self.proc.wait(30)
         pids = self.started_pids()
-        self.executor.shutdown(timeout_sec=2)
-        self.thread.join(5)
+        self.spin.stop()
         self.node.destroy_node()
         self.context.try_shutdown()
         self.log.close()

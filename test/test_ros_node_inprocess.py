@@ -24,7 +24,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2  # noqa: E402
 
-from helpers import SETUP, missing, need_path, stamp_ns, unpack_points, wait_until  # noqa: E402
+from helpers import SETUP, background_spin, missing, need_path, stamp_ns, unpack_points, wait_until  # noqa: E402
 
 from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
@@ -75,8 +75,7 @@ class Live:
         self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
         self.executor.add_node(self.node)
         self.executor.add_node(self.probe)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spin = background_spin(self.executor)
         outputs = self.node.outputs
         wait(lambda: all(getattr(outputs, k).get_subscription_count() for k in
                          ("pose", "depth", "depth_info", "confidence", "confidence_info", "map", "status")),
@@ -102,13 +101,12 @@ class Live:
         return wait(lambda: next((s for s in self.statuses if condition(s)), None), what)
 
     def close(self):
-        self.executor.shutdown(timeout_sec=2)
-        self.thread.join(5)
+        self.spin.stop()
         self.node.release()
         self.node.destroy_node()
         self.probe.destroy_node()
         self.context.try_shutdown()
-        assert not self.thread.is_alive()
+        assert not self.spin.running
 
 
 @pytest.fixture

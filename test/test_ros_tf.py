@@ -7,7 +7,6 @@ The tf2_ros backend runs where tf2_ros imports (a ROS distro) and is skipped, wi
 in the venv.
 """
 import random
-import threading
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from rclpy.context import Context  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
 from helpers import (BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, RZ90, H, rigid,  # noqa: E402
-                     transform_matrix, wait_until)
+                     background_spin, transform_matrix, wait_until)
 
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
@@ -78,8 +77,7 @@ class Ros:
         rclpy.init(context=self.context, domain_id=random.SystemRandom().randint(1, 100))
         self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
         self.nodes = []
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spin = background_spin(self.executor)
 
     def node(self, name: str):
         node = rclpy.create_node(name, context=self.context)
@@ -88,12 +86,11 @@ class Ros:
         return node
 
     def close(self):
-        self.executor.shutdown(timeout_sec=2)
-        self.thread.join(5)
+        self.spin.stop()
         for node in self.nodes:
             node.destroy_node()
         self.context.try_shutdown()
-        assert not self.thread.is_alive()
+        assert not self.spin.running
 
 
 @pytest.fixture

@@ -5,12 +5,11 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from helpers import need_module, need_path, shut_down, wait_until
+from helpers import background_spin, need_module, need_path, shut_down, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(REPO), ROS_AUTOMATIC_DISCOVERY_RANGE="OFF")
@@ -99,12 +98,11 @@ def graph(tmp_path):
     nodes = {name: rclpy.create_node(name, context=context) for name in ("monitor", "late_node")}
     for node in nodes.values():
         executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
+    spin = background_spin(executor)
     processes = []
     yield env, nodes, processes
     nodes["late_node"].destroy_node()
-    shut_down(processes, executor, spin, nodes["monitor"], context)
+    shut_down(processes, spin, nodes["monitor"], context)
 
 
 def _player_matched(monitor, topic: str) -> bool:

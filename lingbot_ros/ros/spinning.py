@@ -51,6 +51,10 @@ class BackgroundSpin:
         except (ShutdownException, ExternalShutdownException):
             pass
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self._stopping.set()
         shut_down_executor(self.executor, self._thread if self._thread.is_alive() else None, self._logger)
