@@ -12,28 +12,54 @@ that uses rclpy calls ``rclpy.init(..., signal_handler_options=SignalHandlerOpti
 Work that must not be cut in the middle (a frame inside the model, whose results the tool then
 saves) runs inside ``deferred()``: there a signal is only recorded, and the work asks
 ``requested()`` between its steps and stops at a consistent point.
+
+Imports of large libraries (torch, rclpy) run inside ``importing()``: there a signal ends the
+process at once, exit 0 and the one line, without raising. A KeyboardInterrupt raised in the
+middle of a library's import left it half-initialised (numpy's lazy ``linalg`` then recursed
+without end), or was caught by an extension's own code and made the interpreter end by SIGINT
+after a clean return (exit 130). Nothing that a stop must finish exists during an import.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_state = {"received": None, "deferring": 0}
+_state = {"received": None, "deferring": 0, "importing": 0, "prog": ""}
 
 
 def _stop(signum, frame):
     for each in _SIGNALS:
         signal.signal(each, signal.SIG_IGN)
     _state["received"] = signal.Signals(signum).name
+    if _state["importing"]:
+        _say_stopped("")
+        sys.stdout.flush()
+        os._exit(0)
     if not _state["deferring"]:
         raise KeyboardInterrupt
+
+
+def _say_stopped(why: str) -> None:
+    if _state["prog"]:
+        print(f"{_state['prog']}: stopped by {requested() or 'SIGINT'}{why}", file=sys.stderr, flush=True)
 
 
 def requested() -> str | None:
     """The signal's name (SIGINT, SIGTERM) once one came, else None."""
     return _state["received"]
+
+
+@contextlib.contextmanager
+def importing():
+    """Inside, a signal ends the process at once with exit 0 (see the module)."""
+    _state["importing"] += 1
+    try:
+        yield
+    finally:
+        _state["importing"] -= 1
 
 
 @contextlib.contextmanager
@@ -50,14 +76,12 @@ def run(main, argv=None, prog: str = "") -> int:
     """``main(argv)`` with the handlers installed; a signal that ends it is exit 0. Where none came,
     the previous handlers are put back when it returns (a caller in the same process, a test);
     after one, signals stay ignored while the process ends."""
-    _state["received"] = None
+    _state["received"], _state["prog"] = None, prog
     previous = {each: signal.signal(each, _stop) for each in _SIGNALS}
     try:
         return main(argv)
     except KeyboardInterrupt as stop:   # its text, if any, says what the stop left
-        if prog:
-            why = f": {stop}" if stop.args else ""
-            print(f"{prog}: stopped by {requested() or 'SIGINT'}{why}", file=sys.stderr, flush=True)
+        _say_stopped(f": {stop}" if stop.args else "")
         return 0
     finally:
         if requested() is None:

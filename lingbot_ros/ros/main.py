@@ -50,13 +50,14 @@ def main(args=None) -> int:
 
 
 def _run(args) -> int:
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, ShutdownException
-    from rclpy.lifecycle import TransitionCallbackReturn
-    from rclpy.signals import SignalHandlerOptions
+    with interrupts.importing():
+        import rclpy
+        from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, ShutdownException
+        from rclpy.lifecycle import TransitionCallbackReturn
+        from rclpy.signals import SignalHandlerOptions
 
-    from lingbot_ros.ros.node import MapNode
-    from lingbot_ros.ros.spinning import shut_down_executor, spin_once_guarded
+        from lingbot_ros.ros.node import MapNode
+        from lingbot_ros.ros.spinning import shut_down_executor, spin_once_guarded
 
     node = executor = None
     code = 0
