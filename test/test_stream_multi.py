@@ -134,7 +134,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
     pool = batched._pool.pool
     pages = pool._streams[2].pages()
     before = ([pool.layer_pool(l)[pages].clone() for l in range(model.config.depth)],
-              batched._sessions[2]._camera.k.clone(), pool.stream(2).page_census(),
+              batched._sessions[2].camera_cache.k.clone(), pool.stream(2).page_census(),
               batched.stream_stats(2)["frames_seen"], batched.time_index(2))
     for i in range(5, 30):   # grows the other streams' special pages past the first chunk
         batched.step([StreamFrame(s, frames[s, i]) for s in (0, 1)])
@@ -144,7 +144,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
             batched.reset(0)
     assert pool.layer_pool(0).shape[0] > 3 * pool.spec.base_pages
     after = ([pool.layer_pool(l)[pages] for l in range(model.config.depth)],
-             batched._sessions[2]._camera.k, pool.stream(2).page_census(),
+             batched._sessions[2].camera_cache.k, pool.stream(2).page_census(),
              batched.stream_stats(2)["frames_seen"], batched.time_index(2))
     for x, y in zip(before[0], after[0]):
         assert torch.equal(x, y)
@@ -210,3 +210,4 @@ def test_a_dropped_session_frees_its_pool_at_once(model, frames):
         assert pool() is None
     finally:
         gc.enable()
+
