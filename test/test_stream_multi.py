@@ -211,3 +211,22 @@ def test_a_dropped_session_frees_its_pool_at_once(model, frames):
     finally:
         gc.enable()
 
+
+def test_a_full_deferral_budget_is_flushed_as_in_a_single_session(model, frames):
+    """Deferred evictions never flushed by the caller: each stream's budget fills, its session
+    makes the oldest evictions final within the batched step (as `step` does alone), and the
+    outputs still equal separate sessions'."""
+    kw = dict(num_scale_frames=2, scale_frames=1, sliding_window=2, camera_num_iterations=2,
+              defer_evictions=True)
+    batched = MultiStreamSession(model, 2, StreamSettings(**kw))
+    separate = [StreamingSession(model, StreamSettings(**kw)) for _ in range(2)]
+    pending = [[], []]
+    for i in range(FRAMES_PER_STREAM):
+        got = batched.step([StreamFrame(s, frames[s, i]) for s in range(2)])
+        for s in range(2):
+            assert_same(got[s], separate[s].step(frames[s, i]), f"frame {i} stream {s}")
+            kv = batched.stream_stats(s)["kv_cache"]            # None while phase 1 buffers
+            pending[s].append(0 if kv is None else kv.pending_pages)
+    for s in range(2):
+        # The budget filled and was flushed in a step (pending fell without a flush call).
+        assert any(b < a for a, b in zip(pending[s], pending[s][1:])), pending[s]
