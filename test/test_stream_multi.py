@@ -134,7 +134,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
     pool = batched._pool.pool
     pages = pool._streams[2].pages()
     before = ([pool.layer_pool(l)[pages].clone() for l in range(model.config.depth)],
-              batched._sessions[2]._camera.k.clone(), pool.stream(2).page_census(),
+              batched._sessions[2].camera_cache.k.clone(), pool.stream(2).page_census(),
               batched.stream_stats(2)["frames_seen"], batched.time_index(2))
     for i in range(5, 30):   # grows the other streams' special pages past the first chunk
         batched.step([StreamFrame(s, frames[s, i]) for s in (0, 1)])
@@ -144,7 +144,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
             batched.reset(0)
     assert pool.layer_pool(0).shape[0] > 3 * pool.spec.base_pages
     after = ([pool.layer_pool(l)[pages] for l in range(model.config.depth)],
-             batched._sessions[2]._camera.k, pool.stream(2).page_census(),
+             batched._sessions[2].camera_cache.k, pool.stream(2).page_census(),
              batched.stream_stats(2)["frames_seen"], batched.time_index(2))
     for x, y in zip(before[0], after[0]):
         assert torch.equal(x, y)
@@ -210,3 +210,23 @@ def test_a_dropped_session_frees_its_pool_at_once(model, frames):
         assert pool() is None
     finally:
         gc.enable()
+
+
+def test_a_full_deferral_budget_is_flushed_as_in_a_single_session(model, frames):
+    """Deferred evictions never flushed by the caller: each stream's budget fills, its session
+    makes the oldest evictions final within the batched step (as `step` does alone), and the
+    outputs still equal separate sessions'."""
+    kw = dict(num_scale_frames=2, scale_frames=1, sliding_window=2, camera_num_iterations=2,
+              defer_evictions=True)
+    batched = MultiStreamSession(model, 2, StreamSettings(**kw))
+    separate = [StreamingSession(model, StreamSettings(**kw)) for _ in range(2)]
+    pending = [[], []]
+    for i in range(FRAMES_PER_STREAM):
+        got = batched.step([StreamFrame(s, frames[s, i]) for s in range(2)])
+        for s in range(2):
+            assert_same(got[s], separate[s].step(frames[s, i]), f"frame {i} stream {s}")
+            kv = batched.stream_stats(s)["kv_cache"]            # None while phase 1 buffers
+            pending[s].append(0 if kv is None else kv.pending_pages)
+    for s in range(2):
+        # The budget filled and was flushed in a step (pending fell without a flush call).
+        assert any(b < a for a, b in zip(pending[s], pending[s][1:])), pending[s]

@@ -395,8 +395,8 @@ def test_single_frame_steps_run_the_sessions_block_kernels(model, frames):
         return Block.attention_inputs(block, *args)
 
     session = StreamingSession(model, small())
-    assert session._frame_kernels is EAGER_KERNELS
-    session._frame_kernels = BlockKernels(recording_inputs, Block.attention_output)
+    assert session._compute.frame_kernels is EAGER_KERNELS
+    session._compute.frame_kernels = BlockKernels(recording_inputs, Block.attention_output)
     results = run(session, frames[:2])          # phase 1
     assert calls == []
     results += run(session, frames[2:4])        # two single-frame steps

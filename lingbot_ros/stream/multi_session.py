@@ -34,9 +34,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..cache import BatchPart, CacheExhausted, CacheSpec, MultiStreamKVCache, StreamCacheView
+from ..cache import BatchPart, CacheSpec, MultiStreamKVCache, StreamCacheView
 from ..model.camera_cache import CameraCacheBatch
 from ..model.lingbot_map import LingBotMap
+from .frame_compute import FrameCompute, frame_outputs
 from .results import FrameResult
 from .session import FrameError, StreamingSession, attend_paged
 from .settings import SettingsError, StreamSettings
@@ -82,6 +83,7 @@ class MultiStreamSession:
         self._pool = _SharedPool(num_streams, self.settings.attention_backend)
         self._image_hw: Optional[tuple[int, int]] = None
         member = dataclasses.replace(self.settings, cuda_graphs=False)   # see the module docstring
+        self._compute = FrameCompute(model, member)   # the batched steps' device work
         self._sessions = [StreamingSession(model, member, cache_factory=partial(self._pool.stream_cache, s))
                           for s in range(num_streams)]
 
@@ -97,16 +99,21 @@ class MultiStreamSession:
             self._check_stream(s)
         if len(set(streams)) != len(streams):
             raise FrameError(f"a step takes at most one frame per stream, got streams {streams}")
-        images = [self._check_frame(f) for f in frames]
+        checked = [StreamFrame(f.stream, self._check_frame(f), f.keyframe) for f in frames]
         results: dict[int, list[FrameResult]] = {}
         batch = []
-        for frame, image in zip(frames, images):
+        for frame in checked:
             session = self._sessions[frame.stream]
-            if session._phase1_done:
-                batch.append((frame.stream, image, session._keyframe(frame.keyframe)))
+            if session.scale_phase_done:
+                batch.append(frame)
             else:
-                results[frame.stream] = session.step(image, frame.keyframe)   # phase 1: per stream
-        if batch:
+                results[frame.stream] = session.step(frame.image, frame.keyframe)   # phase 1: per stream
+        if len(batch) == 1:
+            # One stream: the single-stream step itself (through its stream of the pool), which
+            # on CUDA also splits the attention's pages to fill the GPU.
+            frame = batch[0]
+            results[frame.stream] = self._sessions[frame.stream].step(frame.image, frame.keyframe)
+        elif batch:
             results.update(self._run_batch(batch))
         return {s: results[s] for s in streams}
 
@@ -148,14 +155,14 @@ class MultiStreamSession:
         if isinstance(image, torch.Tensor) and image.dim() >= 2:
             hw = tuple(image.shape[-2:])
             if self._image_hw is not None and hw != self._image_hw:
-                if any(s._phase1_done or s._buffer for s in self._sessions):
+                if any(s.holds_frames for s in self._sessions):
                     raise FrameError(
                         f"stream {frame.stream}: frame size {hw[1]}x{hw[0]} differs from the streams' "
                         f"{self._image_hw[1]}x{self._image_hw[0]}: the streams of one session share "
                         "one image size (one page pool); reset every stream to change it")
                 self._drop_pool()
         try:
-            image = session._check(image)
+            image = session.check_frame(image)
         except FrameError as error:
             raise FrameError(f"stream {frame.stream}: {error}") from None
         self._image_hw = tuple(image.shape[-2:])
@@ -165,39 +172,27 @@ class MultiStreamSession:
         """Every stream is empty and the image size changes: a new pool at the next frame."""
         self._pool.pool = None
         for session in self._sessions:
-            session._cache = None
+            session.drop_global_cache()
 
-    def _run_batch(self, batch: list[tuple[int, torch.Tensor, bool]]) -> dict[int, list[FrameResult]]:
-        """Phase-2 frames of several streams, one model call."""
-        if len(batch) == 1:
-            # One stream: the single-stream step itself (through its stream of the pool), which
-            # on CUDA also splits the attention's pages to fill the GPU.
-            s, image, store = batch[0]
-            return {s: self._sessions[s]._run(image[None], store=store, first_frame=False, scale_slot=1)}
-        sessions = [self._sessions[s] for s, _, _ in batch]
-        lead, shared = sessions[0], self._pool.pool
-        images = torch.stack([image for _, image, _ in batch])                 # [N, 3, H, W]
+    def _run_batch(self, batch: list[StreamFrame]) -> dict[int, list[FrameResult]]:
+        """Checked phase-2 frames of several streams, one model call. Each stream's session
+        applies its own rules to its part (see StreamingSession's batched-step methods)."""
+        sessions = [self._sessions[f.stream] for f in batch]
+        shared = self._pool.pool
+        images = torch.stack([f.image for f in batch])                        # [N, 3, H, W]
         # Reads no cache: launched first, it keeps the device busy during the host's planning.
-        patches = lead._embed(images, frame_steps=True)
-        for (s, _, store), session in zip(batch, sessions):
-            try:
-                shared.prepare(s, store)
-            except CacheExhausted:
-                # As a single session does: a full deferral budget makes the oldest deferred
-                # evictions final (nothing was changed by the check).
-                if not session.settings.defer_evictions:
-                    raise
-                session.flush()
-        shared.begin_batch([BatchPart(s, store) for s, _, store in batch])
-        for (_, _, store), session in zip(batch, sessions):
-            session._begin_camera_step(1, store)
+        patches = self._compute.embed(images, frame_steps=True)
+        stores = [session.prepare_batched_frame(f.keyframe, partial(shared.prepare, f.stream))
+                  for f, session in zip(batch, sessions)]
+        shared.begin_batch([BatchPart(f.stream, store) for f, store in zip(batch, stores)])
+        for session, store in zip(sessions, stores):
+            session.begin_batched_frame(store)
         # A non-keyframe shares its time index with the next keyframe (spec 8.2).
         time_index = torch.tensor([session.time_index for session in sessions], dtype=torch.float64,
-                                  device=lead.device)
-        outputs = lead._forward_with(patches, time_index, False, 1, partial(attend_paged, shared),
-                                     CameraCacheBatch([session._camera for session in sessions]),
-                                     frame_steps=True)
-        poses, *per_frame = outputs
-        return {s: session._results(image[None], store,
-                                    (poses[:, i:i + 1], *(t[i:i + 1] for t in per_frame)))
-                for i, ((s, image, store), session) in enumerate(zip(batch, sessions))}
+                                  device=self.model.device)
+        outputs = self._compute.forward(patches, self._image_hw, time_index, False, 1,
+                                        partial(attend_paged, shared),
+                                        CameraCacheBatch([session.camera_cache for session in sessions]),
+                                        frame_steps=True)
+        return {f.stream: session.batched_frame_results(f.image, store, frame_outputs(outputs, i))
+                for i, (f, session, store) in enumerate(zip(batch, sessions, stores))}

@@ -5,7 +5,6 @@ head's caches, the 3D-RoPE time index and the frame counters. The model itself s
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from typing import Callable, Optional, Union
@@ -14,13 +13,11 @@ import torch
 
 from ..cache import (CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention,
                      StreamCacheView)
-from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
-from ..model.layers import EAGER_KERNELS, BlockKernels, block_kernels, fused_halves
-from ..model.camera_cache import CameraCacheBatch, CameraKVCache
 from ..model.lingbot_map import LingBotMap
+from .frame_compute import FrameCompute, StepOutputs
 from .frame_graph import FrameGraph
 from .results import FrameResult
-from .settings import SettingsError, StreamSettings
+from .settings import StreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +30,6 @@ GRAPH_CAMERA_CAPACITY = 256
 GlobalCache = Union[PagedKVCache, StreamCacheView]
 # Makes a session's global cache once the image size (so the spec) is known.
 CacheFactory = Callable[[CacheSpec], GlobalCache]
-# The step outputs of `_forward`: (activated poses [I, F, 9], depth [F, H, W, 1], confidence
-# [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points [F, H, W, 3]).
-StepOutputs = tuple[torch.Tensor, ...]
 
 
 class FrameError(ValueError):
@@ -64,17 +58,9 @@ class StreamingSession:
         self.settings = settings or StreamSettings()
         self.config = model.config
         self.device = model.device
-        self.compute_dtype = self.settings.compute_dtype(self.device)
-        if model.matmul_dtype not in (torch.float32, self.compute_dtype):
-            raise SettingsError(
-                f"the model's matmul weights are stored in {model.matmul_dtype} "
-                f"(store_matmul_weights) but this session computes in {self.compute_dtype}; "
-                "use that dtype or a model kept in float32")
+        self._compute = FrameCompute(model, self.settings)   # the device work of every call
+        self.compute_dtype = self._compute.dtype
         use_graphs = self.settings.cuda_graphs and self.device.type == "cuda"
-        # The block kernels of single-frame steps, chosen once: compiled (fused) for CUDA only;
-        # on the CPU the eager blocks are the reference path.
-        self._frame_kernels: BlockKernels = (
-            fused_halves() if self.settings.fused_blocks and self.device.type == "cuda" else EAGER_KERNELS)
         self._camera = model.camera_head.new_cache(
             self.settings.camera_num_iterations, self.device,
             capacity=GRAPH_CAMERA_CAPACITY if use_graphs else 64, static=use_graphs)
@@ -91,7 +77,7 @@ class StreamingSession:
         keyframe: None applies the interval rule; True/False overrides it in phase 2 (a motion
         policy). Phase-1 frames are always stored.
         """
-        image = self._check(image)
+        image = self.check_frame(image)
         if not self._phase1_done:
             self._buffer.append(image)
             if len(self._buffer) < self.settings.num_scale_frames:
@@ -193,9 +179,21 @@ class StreamingSession:
         """3D-RoPE index the next frame gets: number of frames appended since reset (spec 8.2)."""
         return self._stored
 
-    # ---- internals -------------------------------------------------------------------------------
+    @property
+    def scale_phase_done(self) -> bool:
+        """Whether phase 1 is over: the next frame is a single-frame step."""
+        return self._phase1_done
 
-    def _check(self, image: torch.Tensor) -> torch.Tensor:
+    @property
+    def holds_frames(self) -> bool:
+        """Whether the stream holds frames (run or buffered): its image size is fixed until reset()."""
+        return self._phase1_done or bool(self._buffer)
+
+    def check_frame(self, image: torch.Tensor) -> torch.Tensor:
+        """The image as `step` takes it ([3, H, W] float32 on the model's device), or FrameError
+        saying what is wrong. `step` runs it first; a batch of streams checks every frame before
+        running any. A new image size is taken only while the stream holds no frames (its
+        global cache is made again at the next model call)."""
         if not isinstance(image, torch.Tensor):
             raise FrameError(f"expected a torch.Tensor [3, H, W], got {type(image).__name__}; "
                              "Preprocessor turns camera images into one")
@@ -207,13 +205,47 @@ class StreamingSession:
         p = self.config.patch_size
         if H % p or W % p:
             raise FrameError(f"image size {W}x{H} is not a multiple of the patch size {p}; use Preprocessor")
-        if self._image_hw is not None and (H, W) != self._image_hw and (self._phase1_done or self._buffer):
+        if self._image_hw is not None and (H, W) != self._image_hw and self.holds_frames:
             raise FrameError(f"frame size {W}x{H} differs from this stream's {self._image_hw[1]}x"
                              f"{self._image_hw[0]}; reset() before changing size")
         if (H, W) != self._image_hw:
             self._image_hw = (H, W)
-            self._cache = None                   # tokens per frame changed: new pages at the next run
+            self.drop_global_cache()             # tokens per frame changed: new pages at the next run
         return image.to(self.device, torch.float32)
+
+    def drop_global_cache(self) -> None:
+        """Forget the global cache while the stream holds no frames: the next model call makes
+        one (through cache_factory). `MultiStreamSession` does so when its streams move to a new
+        image size, which takes a new shared pool."""
+        self._cache = None
+
+    # ---- one stream's part of a batched step (MultiStreamSession) ------------------------------
+    # Several sessions' phase-2 frames run as one model call (FrameCompute) through one shared page
+    # pool; each session keeps its rules (keyframes, deferral budget, RoPE range, counters). Per
+    # frame, after `check_frame`: `prepare_batched_frame` before the pool's begin_batch,
+    # `begin_batched_frame` after it, `batched_frame_results` with the frame's part of the outputs.
+
+    def prepare_batched_frame(self, keyframe: Optional[bool], check: Callable[[bool], None]) -> bool:
+        """Whether the frame is stored (keyframe as in `step`), with room made for it. check(store)
+        is the shared pool's check of this stream's step, which raises CacheExhausted (changing
+        nothing) when the deferral budget is full: then, as in `step`, the oldest deferred
+        evictions are made final."""
+        if not self._phase1_done:
+            raise FrameError("a batched step takes phase-2 frames; this stream is in phase 1 (use step)")
+        store = self._keyframe(keyframe)
+        self._with_deferral_room(lambda: check(store))
+        return store
+
+    def begin_batched_frame(self, store: bool) -> None:
+        """After the shared pool's begin_batch: this stream's camera cache step."""
+        self._begin_camera_step(1, store)
+
+    def batched_frame_results(self, image: torch.Tensor, store: bool, outputs: StepOutputs) -> list[FrameResult]:
+        """The frame's result from its part of the call's outputs (frame_compute.frame_outputs);
+        the frame counters move on."""
+        return self._results(image[None], store, outputs)
+
+    # ---- internals -------------------------------------------------------------------------------
 
     def _global_cache(self) -> GlobalCache:
         if self._cache is None:
@@ -236,37 +268,25 @@ class StreamingSession:
             self._cache = (self._cache_factory(spec) if self._cache_factory is not None
                            else PagedKVCache(spec, backend=s.attention_backend))
             self._cache.defer_evictions = s.defer_evictions
-            self._graph = (FrameGraph(self._embed, self._forward, (1, 3, H, W), self.device)
+            self._graph = (FrameGraph(self._compute.embed, self._forward, (1, 3, H, W), self.device)
                            if self._camera.static and self._cache.supports_graphs else None)
         return self._cache
 
-    def _begin_global_step(self, cache: GlobalCache, num_frames: int, store: bool) -> None:
+    def _with_deferral_room(self, attempt: Callable[[], None]) -> None:
+        """attempt(): the global cache's begin_step, or a shared pool's check of it. When the
+        deferral budget is full, make the oldest deferred evictions final and try again (the
+        cache raises before changing any state, so the retry starts clean)."""
         try:
-            cache.begin_step(num_frames=num_frames, store=store)
+            attempt()
         except CacheExhausted:
-            if not cache.defer_evictions:
+            if not self._cache.defer_evictions:
                 raise
-            # The deferral budget is full: make the oldest deferred evictions final and go on
-            # (the cache raises before changing any state, so the retry starts clean).
             log.debug("deferred evictions at capacity; flushing")
-            cache.flush()
-            cache.begin_step(num_frames=num_frames, store=store)
+            self._cache.flush()
+            attempt()
 
     def _attend_global(self, layer: int, q, k, v):
         return attend_paged(self._cache, layer, q, k, v)
-
-    def _autocast(self):
-        if self.compute_dtype == torch.float32:
-            return contextlib.nullcontext()
-        # No cast cache: casts made while a CUDA graph is captured must live in the graph's pool.
-        return torch.autocast(self.device.type, dtype=self.compute_dtype, cache_enabled=False)
-
-    def _kernels(self, num_frames: int, frame_steps: bool = False):
-        """The block kernels of a call: the session's choice for single-frame steps (and for
-        `frame_steps`, a batch of several streams' single-frame steps: compiled once per stream
-        count); phase 1's multi-frame batch runs eagerly (once per stream: not worth compiling
-        another shape)."""
-        return block_kernels(self._frame_kernels if num_frames == 1 or frame_steps else EAGER_KERNELS)
 
     @torch.no_grad()
     def _run(self, images: torch.Tensor, store: bool, first_frame: bool, scale_slot: int) -> list[FrameResult]:
@@ -276,8 +296,8 @@ class StreamingSession:
         # The patch embedding reads no cache: launched first, it keeps the device busy while the
         # host does both caches' begin_step (and FlashInfer's plan) for this frame.
         graph = self._graph if not first_frame else None
-        patches = graph.embed(images) if graph is not None else self._embed(images)
-        self._begin_global_step(cache, F, store)
+        patches = graph.embed(images) if graph is not None else self._compute.embed(images)
+        self._with_deferral_room(lambda: cache.begin_step(num_frames=F, store=store))
         self._begin_camera_step(F, store)
         if graph is not None and cache.step_table.static:
             # One graph serves keyframes and non-keyframes alike: they differ only in index data.
@@ -315,39 +335,13 @@ class StreamingSession:
             self._stored += F
         return results
 
-    def _embed(self, images: torch.Tensor, frame_steps: bool = False) -> torch.Tensor:
-        """The device work of one call that reads no cache: images [F, 3, H, W] -> patch tokens
-        [F, N, C]. No host sync, no host state change (a CUDA graph captures it)."""
-        with self._autocast(), self._kernels(images.shape[0], frame_steps):
-            return self.model.aggregator.embed(images)
-
     def _forward(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool = False,
                  scale_slot: int = 1) -> StepOutputs:
-        """The rest of the call's device work, after `_embed` and both caches' begin_step: no
-        host sync, no host state change (a CUDA graph captures it). patches [F, N, C],
-        time_index float64 [F] -> `StepOutputs`."""
-        return self._forward_with(patches, time_index, first_frame, scale_slot, self._attend_global,
-                                  self._camera)
-
-    def _forward_with(self, patches: torch.Tensor, time_index: torch.Tensor, first_frame: bool,
-                      scale_slot: int, global_attend, camera: Union[CameraKVCache, CameraCacheBatch],
-                      frame_steps: bool = False) -> StepOutputs:
-        """`_forward` through the given global attention and camera cache: a batched step of
-        several streams' single frames (`MultiStreamSession`, `frame_steps`) passes the shared
-        pool's and its streams'."""
-        H, W = self._image_hw
-        m = self.model
-        with self._autocast(), self._kernels(patches.shape[0], frame_steps):
-            outputs = m.aggregator.forward_patches(
-                patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
-                global_attend=global_attend)
-        outputs = [o.float() for o in outputs]                                   # heads run in fp32
-        poses = m.camera_head(outputs[-1][:, 0], camera, self.settings.camera_num_iterations)
-        depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
-        extrinsic = pose_to_extrinsic(poses[-1])
-        intrinsic = pose_to_intrinsic(poses[-1], W, H)
-        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
-        return poses, depth, depth_conf, extrinsic, intrinsic, points
+        """The rest of the call's device work (`FrameCompute.forward` through this session's
+        caches), after the embedding and both caches' begin_step. patches [F, N, C], time_index
+        float64 [F] -> `StepOutputs`."""
+        return self._compute.forward(patches, self._image_hw, time_index, first_frame, scale_slot,
+                                     self._attend_global, self._camera)
 
 
 def attend_paged(cache, layer: int, q, k, v):

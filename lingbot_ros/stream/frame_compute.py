@@ -1,0 +1,90 @@
+"""`FrameCompute`: the device work of one model call, without state of its own.
+
+A `StreamingSession`'s calls (phase 1's batch, its phase-2 frames, eager or captured as CUDA
+graphs by frame_graph.py) and `MultiStreamSession`'s batched steps of several streams run this
+same code; the callers own the caches and pass them in. A call is two parts, so that the caller
+can do its caches' host bookkeeping (begin_step, FlashInfer's plan) while the device runs the
+first: `embed` (the patch embedding, reads no cache) and `forward` (the aggregator through the
+given global attention, the camera head on the given camera cache, the depth head, the geometry).
+Neither syncs with the host or changes host state, so a CUDA graph can capture both.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Union
+
+import torch
+
+from ..model.aggregator import GlobalAttendFn
+from ..model.camera_cache import CameraCacheBatch, CameraKVCache
+from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
+from ..model.layers import EAGER_KERNELS, BlockKernels, block_kernels, fused_halves
+from ..model.lingbot_map import LingBotMap
+from .settings import SettingsError, StreamSettings
+
+# The outputs of `FrameCompute.forward` for a call of F frames: (activated poses [I, F, 9], depth
+# [F, H, W, 1], confidence [F, H, W], extrinsic [F, 3, 4], intrinsic [F, 3, 3], world points
+# [F, H, W, 3]). A tuple of tensors: the form a captured graph's outputs take.
+StepOutputs = tuple[torch.Tensor, ...]
+
+
+def frame_outputs(outputs: StepOutputs, i: int) -> StepOutputs:
+    """Frame i's part of a call's outputs (views, no copy), in the layout of a one-frame call."""
+    poses, *per_frame = outputs
+    return (poses[:, i:i + 1], *(t[i:i + 1] for t in per_frame))
+
+
+class FrameCompute:
+    def __init__(self, model: LingBotMap, settings: StreamSettings):
+        """Raises SettingsError when the model's stored matmul weights do not fit the settings'
+        compute dtype."""
+        self.model = model
+        self.camera_num_iterations = settings.camera_num_iterations
+        self.dtype = settings.compute_dtype(model.device)
+        if model.matmul_dtype not in (torch.float32, self.dtype):
+            raise SettingsError(
+                f"the model's matmul weights are stored in {model.matmul_dtype} "
+                f"(store_matmul_weights) but this session computes in {self.dtype}; "
+                "use that dtype or a model kept in float32")
+        # The block kernels of single-frame steps, chosen once: compiled (fused) for CUDA only;
+        # on the CPU the eager blocks are the reference path.
+        self.frame_kernels: BlockKernels = (
+            fused_halves() if settings.fused_blocks and model.device.type == "cuda" else EAGER_KERNELS)
+
+    def embed(self, images: torch.Tensor, frame_steps: bool = False) -> torch.Tensor:
+        """images [F, 3, H, W] -> patch tokens [F, N, C]."""
+        with self._autocast(), self._kernels(images.shape[0], frame_steps):
+            return self.model.aggregator.embed(images)
+
+    def forward(self, patches: torch.Tensor, image_hw: tuple[int, int], time_index: torch.Tensor,
+                first_frame: bool, scale_slot: int, global_attend: GlobalAttendFn,
+                camera: Union[CameraKVCache, CameraCacheBatch], frame_steps: bool = False) -> StepOutputs:
+        """The rest of the call, after `embed` and the caches' begin_step: patches [F, N, C] of
+        images of size image_hw (H, W), time_index float64 [F] -> `StepOutputs`.
+
+        frame_steps: the call is a batch of several streams' single-frame steps (one frame of
+        each), which runs the single-frame block kernels (compiled once per stream count)."""
+        H, W = image_hw
+        m = self.model
+        with self._autocast(), self._kernels(patches.shape[0], frame_steps):
+            outputs = m.aggregator.forward_patches(
+                patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
+                global_attend=global_attend)
+        outputs = [o.float() for o in outputs]                                   # heads run in fp32
+        poses = m.camera_head(outputs[-1][:, 0], camera, self.camera_num_iterations)
+        depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
+        extrinsic = pose_to_extrinsic(poses[-1])
+        intrinsic = pose_to_intrinsic(poses[-1], W, H)
+        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
+        return poses, depth, depth_conf, extrinsic, intrinsic, points
+
+    def _autocast(self):
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        # No cast cache: casts made while a CUDA graph is captured must live in the graph's pool.
+        return torch.autocast(self.model.device.type, dtype=self.dtype, cache_enabled=False)
+
+    def _kernels(self, num_frames: int, frame_steps: bool):
+        """The session's choice for single-frame steps (and for `frame_steps`); phase 1's
+        multi-frame batch runs eagerly (once per stream: not worth compiling another shape)."""
+        return block_kernels(self.frame_kernels if num_frames == 1 or frame_steps else EAGER_KERNELS)
