@@ -18,7 +18,9 @@ for step in $steps; do
     raw|compressed)
       # Fast DDS's shared memory: its segments show in /dev/shm while the node runs (transport
       # losses on these VMs were blamed on it in earlier sessions).
-      (sleep 60; ls /dev/shm > "$OUT/shm_$step.txt" 2>&1) &
+      # Each participant maps a 32 MB segment (config/fastdds.xml): a 64 MB /dev/shm (a container's
+      # default) fits two, and the rest fall back to UDP, where 30 Hz of 587 KB images overflow.
+      (df -B1M /dev/shm; sleep 60; df -B1M /dev/shm; ls -la /dev/shm) > "$OUT/shm_$step.txt" 2>&1 &
       $PY bench/node_latency.py --device cuda --model-config lingbot-map --checkpoint none \
         --image-width 518 --image-size 518x378 --num-scale-frames 8 --window 64 \
         --rates 10 20 30 --seconds 10 --transport "$step" --node-log "$OUT/node_$step.log" \
