@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lingbot_ros.mapping.rig.grouping import camera_name_error
+from lingbot_ros.ros.topics import image_topic, transport_topic
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES
 
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
@@ -72,9 +73,10 @@ def parse_cameras(items: list[str]) -> list[CameraArg]:
 
 
 def camera_topic(node: str, name: str, msgtype: str) -> str:
-    """Where a rig node subscribes to camera ``name``'s images of ``msgtype``."""
-    image = f"/{node.strip('/')}/{name}/image"
-    return f"{image}/compressed" if msgtype == COMPRESSED else image
+    """Where a rig node (its full name) subscribes to camera ``name``'s images of ``msgtype``
+    without remaps (its ``~`` expanded)."""
+    raw = f"/{node.strip('/')}{image_topic(name)[1:]}"
+    return transport_topic(raw, "compressed" if msgtype == COMPRESSED else "raw")
 
 
 def choose_tracks(bag_connections: list[list], cameras: list[CameraArg], remaps: dict[str, str],
