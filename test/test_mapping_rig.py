@@ -21,8 +21,9 @@ from lingbot_ros.cache import NothingToRollback
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.mapping.records import FAILED, InputFrame
-from lingbot_ros.mapping.rig.cameras import MAX_CAMERAS, check_cameras
-from lingbot_ros.mapping.rig.records import RigFrame
+from lingbot_ros.mapping.rig.cameras import check_cameras
+from lingbot_ros.mapping.rig.grouping import MAX_CAMERAS
+from lingbot_ros.mapping.rig.grouping import RigFrame
 from lingbot_ros.mapping.rig.rig_mapper import RigMapper
 from lingbot_ros.mapping.rig.scale import trajectory_scale
 from lingbot_ros.mapping.settings import SettingsError
@@ -312,11 +313,11 @@ def pose_at(position):
 
 
 @pytest.mark.parametrize("cameras, primary, says", [
-    (["front", "front"], None, "front more than once"),
-    ([], None, "cameras is empty"),
-    (["front", ""], None, "'' is not a camera name"),
-    (["front", "a/b"], None, "'a/b' is not a camera name"),
-    ([f"cam{i}" for i in range(100)], None, f"at most {MAX_CAMERAS}"),
+    (["front", "front"], None, "must name each camera once; repeated: ['front']"),
+    ([], None, "must name at least one camera"),
+    (["front", ""], None, "a camera name must be a non-empty string"),
+    (["front", "a/b"], None, "camera name 'a/b' must start with a letter"),
+    ([f"cam{i}" for i in range(100)], None, f"at most {MAX_CAMERAS} cameras"),
     (["front", "back"], "left", "primary_camera 'left' is not one of cameras (front, back)"),
     ("front", None, "a list of names"),
 ])

@@ -45,6 +45,7 @@ def test_offline_rig_of_two_sequences_writes_one_map_and_each_cameras_files(tmp_
                      "--max-frames", "8")) == 0
     captured = capsys.readouterr()
     assert "camera front (primary): 8 frames" in captured.out and "camera back (scale " in captured.out
+    assert "groups: 8 (8 with a frame of every camera" in captured.out   # equal stamps: one group each
     # Each camera's files equal a single-camera run of its input (the rig's batched steps are exact).
     for camera, source in (("front", front), ("back", back)):
         single = tmp_path / camera
@@ -73,7 +74,7 @@ def test_offline_rig_refusals_say_what_to_change(tmp_path, capsys, shared_dir, f
     cases = [
         (["--input", front, "--input", front], "name their cameras, --cameras NAME,NAME"),
         (["--input", front, "--input", front, "--cameras", "a"], "--cameras names 1 cameras for 2 --input"),
-        (["--input", front, "--input", front, "--cameras", "a,a"], "a more than once"),
+        (["--input", front, "--input", front, "--cameras", "a,a"], "must name each camera once"),
         (["--input", front, "--input", front, "--cameras", "a,b", "--primary-camera", "c"],
          "primary_camera 'c' is not one of cameras (a, b)"),
         (["--input", front, "--input", front, "--cameras", "a,b", "--topic", "/x", "--topic", "/y",
@@ -82,6 +83,11 @@ def test_offline_rig_refusals_say_what_to_change(tmp_path, capsys, shared_dir, f
     for extra, says in cases:
         assert main(argv(fixture_dir, tmp_path / "out", *extra)) == 1
         assert says in capsys.readouterr().err, extra
+    # Inputs whose stamps never meet (a bag of 2023 and a folder from 0 s) run in groups of one camera.
+    assert main(argv(fixture_dir, tmp_path / "apart", "--input", front, "--input",
+                     str(need_path(shared_dir / "data" / "courthouse_bag", how=GET_SHARED)),
+                     "--cameras", "folder,bag", "--max-frames", "4")) == 0
+    assert "groups: 8 (0 with a frame of every camera" in capsys.readouterr().out
     no_database = [a for a in argv(fixture_dir, tmp_path / "out") if a not in ("--map-database", "")]
     assert main(no_database + ["--input", front, "--input", front, "--cameras", "a,b"]) == 1
     assert "set map_database to ''" in capsys.readouterr().err

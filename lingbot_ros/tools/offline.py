@@ -28,6 +28,7 @@ from lingbot_ros.mapping.store.points import to_numpy
 from lingbot_ros.mapping.files.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
+from lingbot_ros.mapping.rig.grouping import GroupingSettings
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
@@ -95,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "--no-strict-jpeg accepts them (default %(default)s)")
     serve.add_arguments(parser)
     add_settings_arguments(parser)
+    # A rig's grouping (offline: every frame, merged in stamp order; no wall clock to wait on).
+    add_settings_arguments(parser, GroupingSettings, exclude=("cameras", "camera_sync_wait_s", "process_all_frames",
+                                                              "queue_size"))
     return parser
 
 

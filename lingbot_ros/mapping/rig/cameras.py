@@ -1,37 +1,19 @@
-"""A rig's camera names and its primary camera, checked where the rig is built.
-
-A name becomes part of topic names (``~/<name>/pose``) and of file names (``trajectory_<name>.tum``),
-so it is one ROS name token: a letter, then letters, digits and underscores.
-"""
+"""A rig's cameras and its primary camera, checked where the rig is built, and what a rig
+refuses of the mapping settings. The names follow grouping.py's rule (the one place it lives)."""
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from ..settings import SettingsError
-
-# One model step batches every camera: past this many, the rig is a configuration error.
-MAX_CAMERAS = 16
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+from .grouping import GroupingSettings
 
 
 def check_cameras(cameras: Sequence[str], primary: str | None = None) -> tuple[tuple[str, ...], str]:
-    """(the camera names, the primary camera) or SettingsError saying what to change."""
-    if isinstance(cameras, str) or not all(isinstance(c, str) for c in cameras):
+    """(the camera names, the primary camera: ``primary``, default the first) or SettingsError
+    saying what to change."""
+    if isinstance(cameras, str) or not isinstance(cameras, (list, tuple)):
         raise SettingsError(f"cameras must be a list of names, got {cameras!r}")
-    cameras = tuple(cameras)
-    if not cameras:
-        raise SettingsError("cameras is empty: name at least one camera (e.g. cameras: [front])")
-    if len(cameras) > MAX_CAMERAS:
-        raise SettingsError(f"cameras names {len(cameras)} cameras; a rig takes at most {MAX_CAMERAS} "
-                            "(one batched model step runs them all): name fewer")
-    bad = [c for c in cameras if not _NAME.fullmatch(c)]
-    if bad:
-        raise SettingsError(f"cameras: {', '.join(repr(c) for c in bad)} is not a camera name: use a letter, then "
-                            "letters, digits or underscores (at most 64; it names topics and files)")
-    twice = sorted({c for c in cameras if cameras.count(c) > 1})
-    if twice:
-        raise SettingsError(f"cameras names {', '.join(twice)} more than once: give each camera one name")
+    cameras = GroupingSettings(cameras=tuple(cameras)).cameras
     if primary is None or primary == "":
         return cameras, cameras[0]
     if primary not in cameras:

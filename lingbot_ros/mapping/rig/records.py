@@ -1,17 +1,9 @@
-"""The rig's typed values in and out (rig_mapper.py)."""
+"""The rig's typed values out (rig_mapper.py; a camera's frame in is grouping.py's RigFrame)."""
 from __future__ import annotations
 
 import dataclasses
 
-from ..records import InputFrame, StepOutcome
-
-
-@dataclasses.dataclass(frozen=True)
-class RigFrame:
-    """One camera's input frame."""
-
-    camera: str                # a name of the rig's cameras
-    frame: InputFrame          # as the single-camera Mapper takes it
+from ..records import StepOutcome
 
 
 @dataclasses.dataclass

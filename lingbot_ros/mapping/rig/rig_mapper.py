@@ -35,7 +35,8 @@ from ..warmup_size import WarmupSize
 from . import rig_map
 from .baton import Baton
 from .cameras import check_cameras, check_rig_settings
-from .records import PRIMARY, RigFrame, RigOutcome, RigScale, SavedRigMap
+from .grouping import RigFrame
+from .records import PRIMARY, RigOutcome, RigScale, SavedRigMap
 from .scale import metric_scale, trajectory_scale
 from .session_view import StreamView
 
