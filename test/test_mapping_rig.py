@@ -175,6 +175,36 @@ def test_one_batched_model_step_per_group(fixture_files, images, monkeypatch):
         pair.close()
 
 
+@pytest.mark.parametrize("variant", [{}, {"keyframe_policy": "motion"}])
+def test_a_rollback_of_one_camera(fixture_files, images, variant):
+    """After phase 1 the front camera's newest frames are rolled back, one at a time (the motion
+    policy's unstored frames are refused alike), the others' frames stand; every camera then goes
+    on as its separate Mapper does."""
+    pair = Pair(fixture_files, 3, **variant)
+    try:
+        both = ("frame", "frame", "frame")
+        run_program(pair, images, [both] * 6 + [("rollback", "absent", "frame"), ("rollback", "frame", "absent")]
+                    + [both] * 3)
+        assert pair.rig.camera("front").snapshot.rolled_back == pair.alone["front"].snapshot.rolled_back
+        if not variant:
+            assert pair.rig.camera("front").snapshot.rolled_back == 2
+    finally:
+        pair.close()
+
+
+def test_a_known_metric_scale_is_taken_as_is(fixture_files, images):
+    """scale_source fixed: every camera's map is in metres already, the scale against the primary is 1."""
+    settings = tiny_settings(fixture_files, map_database="", scale_source="fixed", scale=2.0)
+    rig = RigMapper(settings, rig_bundle_of(settings, 2), ("front", "left"))
+    try:
+        for k in range(4):
+            rig.process([RigFrame(c, InputFrame(rgb=images[i][k], stamp_ns=10**9 + k * 10**8))
+                         for i, c in enumerate(("front", "left"))])
+        assert rig.scales["left"].source == "metric" and rig.scales["left"].value == 1.0
+    finally:
+        rig.close()
+
+
 def test_a_window_switch_in_one_camera_only(fixture_files, images):
     """Windowed: the front camera gets every group's frame and switches windows (its overlap frames
     run again in extra rounds); the left camera gets one in three and stays in its first window."""

@@ -45,7 +45,3 @@ class StreamView:
     @property
     def time_index(self) -> int:
         return self._session.time_index(self.stream)
-
-    @property
-    def settings(self):
-        return self._session.settings
