@@ -242,6 +242,21 @@ def test_a_failed_batched_step_restarts_every_camera_in_it(fixture_files, images
         pair.close()
 
 
+def test_an_error_a_mapper_does_not_catch_reaches_the_caller_after_every_camera_ran(fixture_files, images,
+                                                                                   monkeypatch):
+    pair = Pair(fixture_files, 2)
+    try:
+        monkeypatch.setattr(pair.rig.camera("front"), "process", lambda frame: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            pair.rig.process([RigFrame(camera, pair.frame(images, camera, 0)) for camera in pair.cameras])
+        assert pair.rig.camera("left").next_index == 1   # its frame ran all the same
+        monkeypatch.undo()
+        pair.rig.process([RigFrame("front", pair.frame(images, "front", 1))])   # the rig goes on
+        assert pair.rig.camera("front").next_index == 1
+    finally:
+        pair.close()
+
+
 def test_warm_up_runs_every_camera_and_leaves_no_trace(fixture_files, images):
     pair = Pair(fixture_files, 2)
     try:
