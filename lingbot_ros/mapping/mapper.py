@@ -40,7 +40,7 @@ import torch
 from ..cache import NothingToRollback
 from ..stream import ImageError
 from .database.continuation import ContinuationSchedule
-from .database.recorder import open_recorder
+from .database.recorder import MapRecorder, open_recorder
 from .database.resume import load_resumed
 from .factory import SessionBundle
 from .files.staged_files import StagedFiles
@@ -65,7 +65,8 @@ from .warmup_size import WarmupSize, run_warmup, warmup_size
 
 
 class Mapper:
-    def __init__(self, settings: MapperSettings, bundle: SessionBundle, odometry: OdometryBuffer | None = None):
+    def __init__(self, settings: MapperSettings, bundle: SessionBundle, odometry: OdometryBuffer | None = None,
+                 recorder: MapRecorder | None = None):
         self.settings = settings
         self.bundle = bundle
         self.session = bundle.session
@@ -74,8 +75,9 @@ class Mapper:
         self.robot = RobotFrames(settings, odometry)   # odometry: a rig's cameras share one robot's
         resumed, resume_text = (load_resumed(settings, bundle.device, bundle.preprocessor) if settings.resume
                                 else (None, ""))
-        self.recorder = open_recorder(settings, bundle.description,   # the map database, or none
-                                      resume_from=resumed.run if resumed else None)
+        # The map database, or none; a rig's camera records through the rig's writer (``recorder``).
+        self.recorder = recorder or open_recorder(settings, bundle.description,
+                                                  resume_from=resumed.run if resumed else None)
         self._store = MapStore(settings.map_voxel_size_m, settings.max_map_points, settings.max_trajectory_poses,
                                self.recorder)
         self._streams = Streams(settings, self.robot, self._store, self.preprocessor)

@@ -1,15 +1,19 @@
 """lingbot-ros-map: look into a map database, export a run, draw its picture.
 
-    lingbot-ros-map info DB                  runs, frames, windows, how each run ended, size
-    lingbot-ros-map export DB DIR [--run N]  map.ply, trajectory.tum (and windows.csv of a windowed
-                                             run): what ~/save_map or lingbot-ros-offline wrote for it
+    lingbot-ros-map info DB                  runs and rigs, frames, windows, how each run ended, size
+    lingbot-ros-map export DB DIR [--run N | --rig R]
+                                             map.ply, trajectory.tum (and windows.csv of a windowed
+                                             run): what ~/save_map or lingbot-ros-offline wrote for it;
+                                             a rig's: map.ply (every camera at the primary's scale),
+                                             trajectory_<camera>.tum per camera, as the rig's save
     lingbot-ros-map export --format colmap DB DIR [--run N] [--overwrite]
                                              the keyframes and the map as a COLMAP model (sparse/0/*.bin,
                                              images/), for Gaussian splatting and NeRF trainers
     lingbot-ros-map preview DB OUT.png [--run N]   top-down picture, coloured by height, trajectory over it
     lingbot-ros-map view DB [--run N] [--port P]   the run in the browser's 3D view until Ctrl-C
 
-The run is the newest unless --run. The file is opened read-only (on a read-only disk too): this
+The run is the newest unless --run; export takes the newest rig where the newest run is a rig's
+camera (--run N of a rig's camera exports that camera alone, in its own units). The file is opened read-only (on a read-only disk too): this
 works while a node writes it, and nothing of it is ever written. An output path that is the
 database or one of its files is refused. A damaged record (a blob of another size, settings that
 are not a JSON object, non-finite values, points beyond the map's range) is left out with one line
@@ -33,6 +37,8 @@ from lingbot_ros.mapping.database.readback import check_settings, conversion, de
 from lingbot_ros.mapping.store.map_view import stored_view
 from lingbot_ros.mapping.database.writer import stored_bytes
 from lingbot_ros.mapping.files.preview import preview_png
+from lingbot_ros.mapping.rig.rig_map import file_names
+from lingbot_ros.mapping.rig.stored_rig import load_rig, rig_members, save_rig
 from lingbot_ros.mapping.files.staged_files import write_files
 from lingbot_ros.process import interrupts
 from lingbot_ros.viewer import serve
@@ -54,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("database", type=Path)
     export.add_argument("directory", type=Path)
     export.add_argument("--run", type=int, help="run id (default: the newest)")
+    export.add_argument("--rig", type=int, help="rig id: its one map and a trajectory per camera (default: the "
+                                                "newest run's rig, if it is a rig's camera)")
     export.add_argument("--format", choices=("ply", "colmap"), default="ply",
                         help="ply: map.ply, trajectory.tum, preview.png (and windows.csv); colmap: "
                              "sparse/0/{cameras,images,points3D}.bin and images/ (default %(default)s)")
@@ -159,20 +167,56 @@ def info(args, refused: list[str]) -> str:
         except mdb.MapDatabaseError as error:
             refused.extend(run.damaged or [str(error)])
     alive = mdb.WriterLock.held(args.database)
+    rigs = sorted({run.rig.rig for run in runs if run.rig is not None})
     lines = [f"{args.database}: {stored_bytes(args.database) / 1e6:.1f} MB, schema {mdb.SCHEMA_VERSION}, "
-             f"{len(runs)} run(s)"]
+             f"{len(runs)} run(s)" + (f", {len(rigs)} of them rig(s) of several cameras" if rigs else "")]
     for run in runs:
-        scale = f"{run.scale:.6g} m per model unit" if run.scale_known else "unknown (model units)"
+        if run.rig is not None:
+            if run is rig_members(runs, run.rig.rig)[0]:
+                lines += _rig_lines(conn, rig_members(runs, run.rig.rig), alive, runs[-1], refused)
+            continue
         lines.append(f"run {run.id}: {_ending(run, alive, run is runs[-1])}; started {_time(run.started_ns)}, "
-                     f"last commit {_time(run.last_commit_ns)}, ended {_time(run.ended_ns)}; {run.frames} frames "
-                     f"({run.keyframes} keyframes), {run.windows} windows, {run.map_inserts} map inserts; "
-                     f"scale {scale}; {run.model}{_defaults_note(run)}")
+                     f"last commit {_time(run.last_commit_ns)}, ended {_time(run.ended_ns)}; {_counts(run)}; "
+                     f"scale {_metric(run)}; {run.model}{_defaults_note(run)}")
     return "\n".join(lines)
+
+
+def _counts(run: mdb.RunInfo) -> str:
+    return f"{run.frames} frames ({run.keyframes} keyframes), {run.windows} windows, {run.map_inserts} map inserts"
+
+
+def _metric(run: mdb.RunInfo) -> str:
+    return f"{run.scale:.6g} m per model unit" if run.scale_known else "unknown (model units)"
+
+
+def _rig_lines(conn, members: list[mdb.RunInfo], alive: bool, newest: mdb.RunInfo, refused: list[str]) -> list[str]:
+    """A rig as one entry: its line, then one per camera (its run, counts, map points, scale to the primary)."""
+    first = members[0]
+    endings = {_ending(run, alive, newest in members) for run in members}
+    lines = [f"rig {first.rig.rig}: {' / '.join(sorted(endings))}; {len(members)} cameras, started "
+             f"{_time(first.started_ns)}, last commit {_time(first.last_commit_ns)}, ended {_time(first.ended_ns)}; "
+             f"{first.model}"]
+    for run in members:
+        camera = run.rig
+        try:
+            points = f"{len(load_run(conn, run, refused).xyz)} map points"
+        except mdb.MapDatabaseError:   # its settings are damaged: told above
+            points = "map points unreadable"
+        scale = ("1 (the primary camera)" if camera.primary else
+                 f"{camera.scale:.6g} to the primary ({camera.scale_source}: {camera.scale_text})"
+                 if camera.scale is not None else f"unknown ({camera.scale_text or 'not estimated yet'}): "
+                                                  "its points are not in the rig's map")
+        lines.append(f"  camera {camera.camera}{' (primary)' if camera.primary else ''}: run {run.id}; "
+                     f"{_counts(run)}, {points}; scale {scale}; metric scale {_metric(run)}{_defaults_note(run)}")
+    return lines
 
 
 def export(args, refused: list[str]) -> str:
     _refuse_inputs(args.database, [args.directory, *(args.directory / name for name in MAP_FILE_NAMES)])
     conn = _open(args.database)
+    members = _rig(conn, args)
+    if members:
+        return export_rig(conn, members, args, refused)
     stored = load_run(conn, _run(conn, args.run), refused)
     if args.format == "colmap":
         return export_colmap(conn, stored, args)
@@ -181,6 +225,31 @@ def export(args, refused: list[str]) -> str:
             f"{len(stored.trajectory)} poses to {tum}" + ("" if stored.windows is None else
                                                           f", {len(stored.windows)} windows")
             + _defaults_note(stored.info))
+
+
+def _rig(conn: sqlite3.Connection, args) -> list[mdb.RunInfo]:
+    """The rig's runs to export (--rig, or the newest run's rig without --run); [] for a single run."""
+    runs = mdb.runs(conn)
+    if args.rig is not None:
+        if args.run is not None:
+            raise MapToolError("--run and --rig: give one")
+        members = rig_members(runs, args.rig)
+        if not members:
+            rigs = sorted({run.rig.rig for run in runs if run.rig is not None})
+            raise MapToolError(f"no rig {args.rig} (rigs: {', '.join(map(str, rigs)) or 'none'})")
+        return members
+    if args.run is None and runs and runs[-1].rig is not None:
+        return rig_members(runs, runs[-1].rig.rig)
+    return []
+
+
+def export_rig(conn: sqlite3.Connection, members: list[mdb.RunInfo], args, refused: list[str]) -> str:
+    if args.format == "colmap":
+        raise MapToolError(f"rig {members[0].rig.rig}: a COLMAP model of a rig is not written (one camera's: "
+                           f"--run with one of its runs {', '.join(str(run.id) for run in members)})")
+    _refuse_inputs(args.database, [args.directory / name for name in file_names(run.rig.camera for run in members)])
+    saved = save_rig(load_rig(conn, members, refused), args.directory)
+    return f"rig {members[0].rig.rig} ({members[0].ending}): {saved.message}"
 
 
 def export_colmap(conn: sqlite3.Connection, stored, args) -> str:

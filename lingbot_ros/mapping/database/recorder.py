@@ -15,7 +15,8 @@
     close()                        the Mapper is done (a clean end)
 
 Each call is a queue put for the writer thread (database/writer.py); with ``map_database`` empty the
-Mapper holds a ``NoRecorder`` whose calls do nothing.
+Mapper holds a ``NoRecorder`` whose calls do nothing. A rig's cameras each hold a recorder of the
+rig's one writer (``open_rig_recorders``), each putting its events for its own run (``slot``).
 """
 from __future__ import annotations
 
@@ -58,9 +59,10 @@ class NoRecorder:
 
 
 class MapRecorder:
-    def __init__(self, writer: MapWriter, images: bool = True):
+    def __init__(self, writer: MapWriter, images: bool = True, slot: int = 0):
         self.writer = writer
         self.images = images   # map_database_images
+        self.slot = slot       # its run in the writer (a rig's camera)
         self._records: tuple = ()
         self._conversion: tuple = (None, None)
 
@@ -77,7 +79,7 @@ class MapRecorder:
         return not self.writer.failure
 
     def frame(self, output, window: int, final: bool) -> None:
-        self.writer.put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
+        self._put((FRAME, output.index, output.stamp_ns, output.internal_pose, output.is_keyframe, window,
                          final))
         # A final keyframe's image as received (a reference) and the model's K on the host: 36 bytes
         # after the frame's own copy to the host (Mapper._output), so no other thread touches the
@@ -85,26 +87,29 @@ class MapRecorder:
         # frame's (not a MapperOutput) is stored already.
         if self.images and final and output.is_keyframe and isinstance(output, MapperOutput):
             result = output.result
-            self.writer.put((IMAGE, output.index, output.frame.rgb, result.intrinsic.detach().cpu(), result.image_size))
+            self._put((IMAGE, output.index, output.frame.rgb, result.intrinsic.detach().cpu(), result.image_size))
+
+    def _put(self, event: tuple) -> None:
+        self.writer.put(event, self.slot)
 
     def removed(self, index: int) -> None:
-        self.writer.put((REMOVED, index))
+        self._put((REMOVED, index))
 
     def cleared(self) -> None:
-        self.writer.put((CLEARED,))
+        self._put((CLEARED,))
 
     def points(self, xyz, rgb) -> None:
-        self.writer.put((POINTS, xyz, rgb))
+        self._put((POINTS, xyz, rgb))
 
     def pitch(self, voxel_size: float) -> None:
-        self.writer.put((PITCH, voxel_size))
+        self._put((PITCH, voxel_size))
 
     def stream_ended(self, finished_map, finished_poses) -> threading.Event:
         """The finished part handed to the writer as it is, not copied (a full map's copy took
         hundreds of ms on the frame loop): the event is set once the writer has read it; until
         then MapStore changes only a copy of it."""
         released = threading.Event()
-        self.writer.put((FINISHED, finished_map, finished_poses, released))
+        self._put((FINISHED, finished_map, finished_poses, released))
         return released
 
     def sync(self, records, conversion, mount) -> None:
@@ -113,10 +118,10 @@ class MapRecorder:
         records = tuple(records)
         if len(records) != len(self._records) or any(a is not b for a, b in zip(records, self._records)):
             self._records = records
-            self.writer.put((WINDOWS, records))
+            self._put((WINDOWS, records))
         if conversion is not self._conversion[0] or mount is not self._conversion[1]:
             self._conversion = (conversion, mount)
-            self.writer.put((CONVERSION, conversion.scale, conversion.metric.known, mount.copy(),
+            self._put((CONVERSION, conversion.scale, conversion.metric.known, mount.copy(),
                              np.concatenate([conversion.origin_internal, conversion.origin_map])))
 
     def commit(self, timeout: float = 60.0) -> bool:
@@ -124,10 +129,11 @@ class MapRecorder:
         return self.writer.commit(timeout)
 
     def continuation(self, continuation, points=()) -> None:
-        self.writer.put((CONTINUATION, continuation, list(points)))
+        self._put((CONTINUATION, continuation, list(points)))
 
     def close(self) -> None:
-        self.writer.close()
+        """Its run ends (clean); the writer closes once every run of it has ended."""
+        self.writer.close(slot=self.slot)
 
 
 def open_recorder(settings, model: str, on_commit=None, resume_from: int | None = None) -> MapRecorder | NoRecorder:
@@ -135,8 +141,21 @@ def open_recorder(settings, model: str, on_commit=None, resume_from: int | None 
     ``resume_from`` over: its records move to the new run), or none."""
     if not settings.map_database:
         return NoRecorder()
-    writer = MapWriter(resolve_path(settings.map_database), dataclasses.asdict(settings), model,
-                       settings.map_database_commit_s, settings.map_database_max_runs,
-                       settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
-                       settings.max_map_points, on_commit=on_commit, resume_from=resume_from)
-    return MapRecorder(writer, settings.map_database_images)
+    return MapRecorder(_writer(settings, model, on_commit=on_commit, resume_from=resume_from),
+                       settings.map_database_images)
+
+
+def open_rig_recorders(settings, model: str, cameras: tuple[str, ...], primary: str) -> dict[str, MapRecorder]:
+    """A rig's recorders, one per camera, all of one writer (one run per camera, the rig recorded
+    in the file: schema.py); {} with ``map_database`` empty."""
+    if not settings.map_database:
+        return {}
+    writer = _writer(settings, model, cameras=cameras, primary=primary)
+    return {camera: MapRecorder(writer, settings.map_database_images, slot) for slot, camera in enumerate(cameras)}
+
+
+def _writer(settings, model: str, **options) -> MapWriter:
+    return MapWriter(resolve_path(settings.map_database), dataclasses.asdict(settings), model,
+                     settings.map_database_commit_s, settings.map_database_max_runs,
+                     settings.map_database_max_mb, settings.max_trajectory_poses, settings.map_voxel_size_m,
+                     settings.max_map_points, **options)

@@ -31,6 +31,13 @@ of record, e.g. keyframes with their images for relocalisation, is a new table, 
     keyframe_images (run, idx): (schema 2) each final keyframe's image as received, as JPEG
                     (colmap.keyframe_jpeg), its size and the model's intrinsics at that size: what the
                     COLMAP export needs beyond the poses and the map; kept as long as the frame's pose
+    rigs            (id): (schema 3) a camera rig (mapping/rig/) recorded by one writer: its primary camera
+    rig_cameras     (run): (schema 3) the runs that form a rig, one per camera: the rig, the camera's
+                    position and name, and its scale against the primary (primary map units per
+                    unit of its own map; NULL while unknown), how it was found and its status text
+                    (rig/scale.py), kept up to date while mapping. Each run holds its camera's
+                    records in the tables above, as a single camera's run does; a rig is pruned
+                    (``apply_retention``) as one
 
 The map is stored as its inputs, not its voxels: replaying the inserts into an empty VoxelMap of
 the run's voxel size and bound gives the in-memory map bit for bit (the voxel map is a
@@ -39,6 +46,7 @@ out, as ``Mapper.save`` does. Provisional points (a windowed run's last frames, 
 cleanly) are inserts with ``provisional = 1``, replayed into a copy as ``Mapper.map_points`` does;
 a checkpoint keeps them (their continuation replaces them).
 
+A rig's cameras are written by one writer (one connection, one transaction: writer.py).
 One process writes at a time: the writer holds an exclusive ``flock`` on ``<db>-writer.lock``
 beside the file the path resolves to (so two paths to one file, a symlink say, meet at one lock;
 the lock itself is never followed through a symlink). The lock also says a run without an end is
@@ -56,13 +64,14 @@ import sqlite3
 import stat
 import urllib.parse
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from ..files.paths import ros_home
 from .blobs import MapDatabaseError, checked_array
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RUNNING, CLEAN, CRASHED = "running", "clean", "crashed"
 
 _MIGRATIONS = {
@@ -105,9 +114,15 @@ CREATE TABLE keyframe_images (
     run INTEGER NOT NULL, idx INTEGER NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,
     intrinsic BLOB NOT NULL, jpeg BLOB NOT NULL, PRIMARY KEY (run, idx)) WITHOUT ROWID;
 """,
+    3: """
+CREATE TABLE rigs (id INTEGER PRIMARY KEY, primary_camera TEXT NOT NULL);
+CREATE TABLE rig_cameras (
+    run INTEGER PRIMARY KEY, rig INTEGER NOT NULL, position INTEGER NOT NULL, camera TEXT NOT NULL,
+    scale REAL, scale_source TEXT NOT NULL DEFAULT 'unknown', scale_text TEXT NOT NULL DEFAULT '');
+""",
 }
 RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_streams", "continuations",
-              "overlap_frames", "keyframe_images")
+              "overlap_frames", "keyframe_images", "rig_cameras")
 
 
 def resolve_path(text: str) -> Path:
@@ -268,6 +283,7 @@ def delete_run(conn: sqlite3.Connection, run: int) -> None:
     for table in RUN_TABLES:
         conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
     conn.execute("DELETE FROM runs WHERE id = ?", (run,))
+    conn.execute("DELETE FROM rigs WHERE id NOT IN (SELECT rig FROM rig_cameras)")
 
 
 def used_bytes(conn: sqlite3.Connection) -> int:
@@ -277,17 +293,20 @@ def used_bytes(conn: sqlite3.Connection) -> int:
     return page_size * pages
 
 
-def apply_retention(conn: sqlite3.Connection, keep: int, max_runs: int, max_mb: float) -> list[int]:
-    """Delete the oldest runs (never ``keep``, the new one) beyond ``max_runs`` (0 = any number)
-    and while the used size is over ``max_mb`` (0 = any size); returns the deleted ids."""
-    deleted = []
-    older = [row[0] for row in conn.execute("SELECT id FROM runs WHERE id != ? ORDER BY id", (keep,))]
-    while older and max_runs and len(older) + 1 > max_runs:
-        deleted.append(older.pop(0))
-        delete_run(conn, deleted[-1])
-    while older and max_mb and used_bytes(conn) > max_mb * 1e6:
-        deleted.append(older.pop(0))
-        delete_run(conn, deleted[-1])
+def apply_retention(conn: sqlite3.Connection, keep: Sequence[int], max_runs: int, max_mb: float) -> list[int]:
+    """Delete the oldest runs (never ``keep``, the new one or the new rig's) beyond ``max_runs``
+    (0 = any number) and while the used size is over ``max_mb`` (0 = any size); a rig counts as
+    one run and its runs go together. Returns the deleted ids."""
+    units: dict[tuple, list[int]] = {}   # oldest first: a rig, or a run of its own
+    for run, rig in conn.execute("SELECT r.id, c.rig FROM runs r LEFT JOIN rig_cameras c ON c.run = r.id "
+                                 "ORDER BY r.id"):
+        if run not in keep:
+            units.setdefault(("rig", rig) if rig is not None else ("run", run), []).append(run)
+    older, deleted = list(units.values()), []
+    while older and ((max_runs and len(older) + 1 > max_runs) or (max_mb and used_bytes(conn) > max_mb * 1e6)):
+        for run in older.pop(0):
+            deleted.append(run)
+            delete_run(conn, run)
     return deleted
 
 
@@ -309,6 +328,31 @@ class RunInfo:
     windows: int
     map_inserts: int
     damaged: tuple[str, ...] = ()   # the run's own records that cannot be read: "run N: record: why"
+    rig: RigCamera | None = None    # the rig camera it records (None: a single camera's run)
+
+
+@dataclasses.dataclass(frozen=True)
+class RigCamera:
+    """A run's place in a rig (``rig_cameras``)."""
+
+    rig: int
+    position: int
+    camera: str
+    primary: bool
+    scale: float | None             # primary map units per unit of this camera's map; None: unknown
+    scale_source: str
+    scale_text: str
+
+
+def rig_cameras(conn: sqlite3.Connection) -> dict[int, RigCamera]:
+    """Each rig run's camera by run id ({} in a file older than schema 3)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rig_cameras'").fetchone() is None:
+        return {}
+    return {run: RigCamera(rig, position, str(camera), camera == primary,
+                           None if scale is None else float(scale), str(source), str(text))
+            for run, rig, position, camera, scale, source, text, primary in conn.execute(
+                "SELECT c.run, c.rig, c.position, c.camera, c.scale, c.scale_source, c.scale_text, r.primary_camera "
+                "FROM rig_cameras c JOIN rigs r ON r.id = c.rig")}
 
 
 def _settings(text) -> dict:
@@ -323,7 +367,7 @@ def _settings(text) -> dict:
 
 def runs(conn: sqlite3.Connection) -> list[RunInfo]:
     """Every run; a run record that cannot be read is named in its ``damaged`` (never raised)."""
-    out = []
+    out, cameras = [], rig_cameras(conn)
     for row in conn.execute("SELECT id, started_ns, last_commit_ns, ended_ns, ending, settings, model, scale, "
                             "scale_known, mount, origins FROM runs ORDER BY id").fetchall():
         run, damaged = row[0], []
@@ -343,5 +387,5 @@ def runs(conn: sqlite3.Connection) -> list[RunInfo]:
                 damaged.append(f"run {run}: {name}: {error}")
         out.append(RunInfo(run, row[1], row[2], row[3], row[4], values["settings"], str(row[6]), values["scale"],
                            bool(row[8]), values["mount"], values["origins"], frames, keyframes, windows, inserts,
-                           tuple(damaged)))
+                           tuple(damaged), cameras.get(run)))
     return out

@@ -11,6 +11,7 @@ store) over its own stream of one ``MultiStreamSession``; the rig batches their 
     session_view.py  one stream of the MultiStreamSession as a Mapper's session
     scale.py         each camera's scale against the primary's, from their base trajectories
     rig_map.py       the one map: every camera's map at the primary's scale, voxelised once; saved
+    stored_rig.py    a rig recorded in the map database read back as a save writes it
     cameras.py       a rig's cameras (grouping.py's rule), its primary camera, what it refuses
     records.py       the typed values out (RigOutcome, RigScale, SavedRigMap)
 

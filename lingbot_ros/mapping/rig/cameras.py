@@ -27,7 +27,7 @@ def check_cameras(cameras: Sequence[str], primary: str | None = None) -> tuple[t
 
 def check_rig_settings(settings) -> None:
     """What a rig refuses of the mapping settings (MapperSettings), with what to change."""
-    if settings.map_database:
-        raise SettingsError(f"map_database is set ({settings.map_database!r}) but a rig of several cameras has no "
-                            "map database yet: set map_database to '' (off; lingbot-ros-offline "
-                            "--map-database '') and save the map instead")
+    if settings.resume:
+        raise SettingsError("resume is set but a rig of several cameras cannot continue a stored run yet: set "
+                            "resume to false (a new rig run starts in the map database; lingbot-ros-offline: "
+                            "leave out --resume)")

@@ -49,6 +49,12 @@ def scaled(trajectory: Trajectory, scale: RigScale) -> Trajectory:
     return out
 
 
+def file_names(cameras) -> list[str]:
+    """Every file a rig's save may write (the windows only for a windowed run)."""
+    return ["map.ply", "preview.png", *(f"{kind}_{camera}.{ext}" for camera in cameras
+                                        for kind, ext in (("trajectory", "tum"), ("windows", "csv")))]
+
+
 def save(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectories: dict[str, Trajectory],
          primary: str, windows: dict[str, list | None], units: str, left_out: tuple[str, ...],
          staged: StagedFiles | None = None) -> SavedRigMap:
@@ -56,15 +62,16 @@ def save(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, trajectories: 
     to commit with its own files)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    ply = directory / "map.ply"
+    names = iter(file_names(trajectories))
+    ply = directory / next(names)
     files = {ply: ply_bytes(xyz, rgb),
-             directory / "preview.png": preview_png(xyz, trajectories[primary].poses()[:, :3, 3], units=units)}
+             directory / next(names): preview_png(xyz, trajectories[primary].poses()[:, :3, 3], units=units)}
     tums = {}
     for camera, trajectory in trajectories.items():
-        tums[camera] = directory / f"trajectory_{camera}.tum"
+        tums[camera], csv = directory / next(names), directory / next(names)
         files[tums[camera]] = tum_bytes(trajectory)
         if windows.get(camera) is not None:
-            files[directory / f"windows_{camera}.csv"] = windows_bytes(windows[camera])
+            files[csv] = windows_bytes(windows[camera])
     write_files(files, staged)
     return SavedRigMap(str(ply), {c: str(p) for c, p in tums.items()}, len(xyz),
                        {c: len(t) for c, t in trajectories.items()}, left_out)

@@ -16,6 +16,10 @@ separate Mappers fed the same frames. The cameras share one odometry buffer (one
 Threads, as the Mapper's: one owner calls the verbs and the map reads (they run the cameras'
 verbs in the baton's worker threads and wait); ``add_odometry`` and ``snapshots`` from any thread.
 
+With ``map_database`` set the rig records into it through one writer: each camera's Mapper into
+its own run, the rig and each camera's scale against the primary in ``rig_cameras``
+(database/schema.py; ``lingbot-ros-map export`` of the rig writes what ``save`` writes).
+
 The rig's map frame is the robot base at the start (the cameras start together): each camera's
 ``map`` is that frame at its own scale, brought to the primary camera's by its ``RigScale``.
 """
@@ -28,6 +32,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..database.recorder import MapRecorder, open_rig_recorders
+from ..database.writer import RIG_SCALES
 from ..factory import RigBundle
 from ..files.staged_files import StagedFiles
 from ..mapper import Mapper
@@ -59,13 +65,18 @@ class RigMapper:
         self._baton = Baton(bundle.session, self.cameras)
         self._odometry = OdometryBuffer()
         self._mappers: dict[str, Mapper] = {}
+        self._recorders = open_rig_recorders(settings, bundle.description, self.cameras, self.primary)
+        # The scales as last sent to the database, and when they are next due (monotonic s).
+        self._stored_scales: dict[str, RigScale] | None = None
+        self._scales_due = 0.0
         try:
             for stream, camera in enumerate(self.cameras):
                 self._mappers[camera] = Mapper(settings, bundle.camera_bundle(StreamView(self._baton, stream)),
-                                               self._odometry)
+                                               self._odometry, self._recorders.get(camera))
         except BaseException:
             self.close()
             raise
+        self._record_scales()   # the primary's 1 and the others' unknown, from the first commit on
 
     # -- verbs -----------------------------------------------------------------------------------
 
@@ -107,8 +118,12 @@ class RigMapper:
         return self._odometry.add(stamp_ns, pose, went_back_ok)
 
     def close(self) -> None:
+        if len(self._mappers) == len(self.cameras):
+            self._record_scales()
         for mapper in self._mappers.values():
             mapper.close()
+        for recorder in self._recorders.values():   # a camera whose Mapper was never made: its run ends too
+            recorder.close()
         self._baton.close()
 
     # -- reading ---------------------------------------------------------------------------------
@@ -149,6 +164,7 @@ class RigMapper:
         """map.ply (the one map), preview.png, trajectory_<camera>.tum per camera at the primary's
         scale (a camera whose scale is unknown: in its own units, and said so); all or none."""
         scales = self.scales
+        self._record_scales(scales)
         xyz, rgb, left_out = self._union(scales)
         trajectories = {camera: rig_map.scaled(mapper.saved_trajectory(), scales[camera])
                         for camera, mapper in self._mappers.items()}
@@ -169,7 +185,23 @@ class RigMapper:
         """``verbs[camera]()`` for the named cameras through the baton; outcomes in camera order."""
         index = {camera: stream for stream, camera in enumerate(self.cameras)}
         done = self._baton.run({index[camera]: verb for camera, verb in verbs.items()})
+        if time.monotonic() >= self._scales_due:
+            self._record_scales()
         return RigOutcome({self.cameras[stream]: outcome for stream, outcome in sorted(done.items())})
+
+
+    def _record_scales(self, scales: dict[str, RigScale] | None = None) -> None:
+        """The scales to the map database where they changed: after a verb at most every
+        map_database_commit_s (the writer commits no more often; estimating them reads every
+        camera's newest poses), and at a save and at close."""
+        recorder = self._mappers[self.primary].recorder
+        if not isinstance(recorder, MapRecorder) or not recorder.active:
+            return
+        self._scales_due = time.monotonic() + self.settings.map_database_commit_s
+        scales = self.scales if scales is None else scales
+        if scales != self._stored_scales:
+            self._stored_scales = scales
+            recorder.writer.put((RIG_SCALES, scales))
 
 
 def _newest_base_poses(mapper: Mapper) -> Trajectory:
