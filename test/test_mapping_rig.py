@@ -402,14 +402,6 @@ def test_a_hostile_rig_is_refused_with_what_to_change(fixture_files, cameras, pr
     assert says in str(refused.value)
 
 
-def test_a_rig_with_a_map_database_is_refused(fixture_files):
-    settings = tiny_settings(fixture_files, map_database="/tmp/never.db")
-    with pytest.raises(SettingsError, match="no map database yet: set map_database to ''"):
-        factory.build_rig(settings, ["front", "back"])
-    with pytest.raises(SettingsError, match="map_database"):
-        RigMapper(settings, rig_bundle_of(settings, 2), ["front", "back"])
-
-
 def test_close_after_a_verb_cut_short_joins_every_camera_thread(fixture_files, images, monkeypatch):
     """A signal in the rig's thread during the batched step (run raises it mid-round, workers
     parked): close() still ends every camera's verb and thread."""

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from lingbot_ros.mapping.files.export import read_ply, read_tum
+from lingbot_ros.tools import map_db
 from lingbot_ros.tools.offline import main
 
 from helpers import GET_SHARED, need_path
@@ -41,8 +42,9 @@ def test_offline_rig_of_two_sequences_writes_one_map_and_each_cameras_files(tmp_
     front = need_path(shared_dir / "data" / "courthouse_jpg", how=GET_SHARED)
     back = need_path(shared_dir / "data" / "loop_jpg", how=GET_SHARED)
     out = tmp_path / "rig"
+    database = tmp_path / "map.db"
     assert main(argv(fixture_dir, out, "--input", str(front), "--input", str(back), "--cameras", "front,back",
-                     "--max-frames", "8")) == 0
+                     "--max-frames", "8", "--map-database", str(database))) == 0
     captured = capsys.readouterr()
     assert "camera front (primary): 8 frames" in captured.out and "camera back (scale " in captured.out
     assert "groups: 8 (8 with a frame of every camera" in captured.out   # equal stamps: one group each
@@ -67,6 +69,11 @@ def test_offline_rig_of_two_sequences_writes_one_map_and_each_cameras_files(tmp_
     assert len(xyz) >= len(front_xyz) > 0 and np.isfinite(xyz).all() and rgb.dtype == np.uint8
     assert (out / "preview.png").exists()
     assert not (out / "trajectory.tum").exists() and not (out / "frames.csv").exists()
+    # The map database holds the rig: its export is what the run wrote.
+    assert map_db.main(["export", str(database), str(tmp_path / "exported")]) == 0
+    assert "rig 1 (clean)" in capsys.readouterr().out
+    for name in ("map.ply", "trajectory_front.tum", "trajectory_back.tum"):
+        assert (out / name).read_bytes() == (tmp_path / "exported" / name).read_bytes(), name
 
 
 def test_offline_rig_refusals_say_what_to_change(tmp_path, capsys, shared_dir, fixture_dir):
@@ -88,7 +95,7 @@ def test_offline_rig_refusals_say_what_to_change(tmp_path, capsys, shared_dir, f
                      str(need_path(shared_dir / "data" / "courthouse_bag", how=GET_SHARED)),
                      "--cameras", "folder,bag", "--max-frames", "4")) == 0
     assert "groups: 8 (0 with a frame of every camera" in capsys.readouterr().out
-    no_database = [a for a in argv(fixture_dir, tmp_path / "out") if a not in ("--map-database", "")]
-    assert main(no_database + ["--input", front, "--input", front, "--cameras", "a,b"]) == 1
-    assert "set map_database to ''" in capsys.readouterr().err
+    assert main(argv(fixture_dir, tmp_path / "out", "--resume", "--input", front, "--input", front,
+                     "--cameras", "a,b")) == 1
+    assert "set resume to false" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -192,7 +192,7 @@ def _metric(run: mdb.RunInfo) -> str:
 def _rig_lines(conn, members: list[mdb.RunInfo], alive: bool, newest: mdb.RunInfo, refused: list[str]) -> list[str]:
     """A rig as one entry: its line, then one per camera (its run, counts, map points, scale to the primary)."""
     first = members[0]
-    endings = {_ending(run, alive, newest in members) for run in members}
+    endings = {_ending(run, alive, newest.id in {r.id for r in members}) for run in members}
     lines = [f"rig {first.rig.rig}: {' / '.join(sorted(endings))}; {len(members)} cameras, started "
              f"{_time(first.started_ns)}, last commit {_time(first.last_commit_ns)}, ended {_time(first.ended_ns)}; "
              f"{first.model}"]

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cameras", metavar="NAME,NAME",
                         help="a camera rig (the node's cameras): one name per --input, in their order. Writes "
                              "one map (map.ply, preview.png) and per camera trajectory_NAME.tum, "
-                             "frames_NAME.csv and depth_NAME/; needs --map-database ''")
+                             "frames_NAME.csv and depth_NAME/; the map database records it as one rig")
     parser.add_argument("--primary-camera", metavar="NAME",
                         help="with --cameras: the camera whose scale the map takes (the node's "
                              "primary_camera; default the first)")
