@@ -244,3 +244,24 @@ def test_an_old_schema_file_reads_and_migrates(tmp_path, version):
     assert stored(path) == [(1, None, None), (2, 1, "a"), (3, 1, "b")]
     lines = tool("info", path).stdout.splitlines()
     assert lines[1].startswith("run 1: clean;") and lines[2].startswith("rig 1: clean; 2 cameras")
+
+
+def test_a_damaged_rig_record_is_refused_or_read_as_unknown(tmp_path):
+    """A stored scale that is not a positive number is read as unknown (that camera out of the map);
+    a camera name that would leave the export's folder is refused, nothing written."""
+    path = tmp_path / "map.db"
+    assert write(rig_writer(path, ("a", "b")), frames=3).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE rig_cameras SET scale = 'NaN?' WHERE camera = 'b'")
+    conn.commit()
+    info = tool("info", path)
+    assert info.returncode == 0, info.stderr
+    assert "scale unknown (the stored scale 'NaN?' is damaged" in info.stdout
+    exported = tool("export", path, tmp_path / "out")
+    assert exported.returncode == 0 and "not in the map, scale against the primary unknown: b" in exported.stdout
+    conn.execute("UPDATE rig_cameras SET camera = '../escape' WHERE camera = 'b'")
+    conn.commit()
+    conn.close()
+    refused = tool("export", path, tmp_path / "out2")
+    assert refused.returncode == 1 and "rig 1: its stored cameras are damaged" in refused.stderr
+    assert not (tmp_path / "out2").exists() and not (tmp_path / "escape.tum").exists()

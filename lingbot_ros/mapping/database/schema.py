@@ -59,6 +59,7 @@ import dataclasses
 import errno
 import fcntl
 import json
+import math
 import os
 import sqlite3
 import stat
@@ -348,11 +349,16 @@ def rig_cameras(conn: sqlite3.Connection) -> dict[int, RigCamera]:
     """Each rig run's camera by run id ({} in a file older than schema 3)."""
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rig_cameras'").fetchone() is None:
         return {}
-    return {run: RigCamera(rig, position, str(camera), camera == primary,
-                           None if scale is None else float(scale), str(source), str(text))
-            for run, rig, position, camera, scale, source, text, primary in conn.execute(
-                "SELECT c.run, c.rig, c.position, c.camera, c.scale, c.scale_source, c.scale_text, r.primary_camera "
-                "FROM rig_cameras c JOIN rigs r ON r.id = c.rig")}
+    out = {}
+    for run, rig, position, camera, scale, source, text, primary in conn.execute(
+            "SELECT c.run, c.rig, c.position, c.camera, c.scale, c.scale_source, c.scale_text, r.primary_camera "
+            "FROM rig_cameras c JOIN rigs r ON r.id = c.rig"):
+        if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            # Damaged: read as not known (the camera stays out of the rig's map), and said so.
+            scale, source, text = None, "unknown", f"the stored scale {scale!r} is damaged (not a positive number)"
+        out[run] = RigCamera(rig, position, str(camera), camera == primary, None if scale is None else float(scale),
+                             str(source), str(text))
+    return out
 
 
 def _settings(text) -> dict:

@@ -46,8 +46,8 @@ from . import rig_map
 from .baton import Baton
 from .cameras import check_cameras, check_rig_settings
 from .grouping import RigFrame
-from .records import PRIMARY, RigOutcome, RigScale, SavedRigMap
-from .scale import metric_scale, trajectory_scale
+from .records import RigOutcome, RigScale, SavedRigMap
+from .scale import metric_scale, primary_scale, trajectory_scale
 from .session_view import StreamView
 
 # Base poses per camera the scale against the primary is estimated from (the newest).
@@ -148,7 +148,7 @@ class RigMapper:
         out = {}
         for camera, mapper in self._mappers.items():
             if camera == self.primary:
-                out[camera] = RigScale(1.0, PRIMARY, "the primary camera")
+                out[camera] = primary_scale()
             elif primary.snapshot.scale_known and mapper.snapshot.scale_known:
                 out[camera] = metric_scale()
             else:

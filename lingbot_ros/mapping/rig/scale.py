@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..store.trajectory import Trajectory
-from .records import METRIC, TRAJECTORIES, UNKNOWN, RigScale
+from .records import METRIC, PRIMARY, TRAJECTORIES, UNKNOWN, RigScale
 
 MIN_MATCHED = 5
 MAX_INTERVAL_S = 1.0
@@ -57,6 +57,10 @@ def trajectory_scale(primary: Trajectory, other: Trajectory, max_interval_s: flo
     value = length_primary / length_other
     return RigScale(value, TRAJECTORIES, f"{value:.4g} from {n} base poses matched by stamp (paths "
                                          f"{length_primary:.4g} and {length_other:.4g})", n)
+
+
+def primary_scale() -> RigScale:
+    return RigScale(1.0, PRIMARY, "the primary camera")
 
 
 def metric_scale() -> RigScale:

@@ -2,7 +2,7 @@
 
 Each camera's run is read back as its Mapper's save (database/readback.py ``load_run``: the map
 and base trajectory in its ``map``, in its own units); the one map and the trajectories at the
-primary's scale are rig_map.py's, with each camera's last stored scale against the primary
+primary's scale are rig_map.py's, with each other camera's last stored scale against the primary
 (``rig_cameras``, database/schema.py). A camera whose stored scale is unknown is left out of
 the map and its trajectory is in its own units, as in a save.
 """
@@ -12,10 +12,14 @@ import dataclasses
 import sqlite3
 from pathlib import Path
 
+from ..database.blobs import MapDatabaseError
 from ..database.readback import StoredRun, load_run, setting
 from ..database.schema import RunInfo
+from ..settings import SettingsError
 from . import rig_map
+from .cameras import check_cameras
 from .records import RigScale, SavedRigMap
+from .scale import primary_scale
 
 
 @dataclasses.dataclass
@@ -32,12 +36,22 @@ def rig_members(runs: list[RunInfo], rig: int) -> list[RunInfo]:
 
 
 def load_rig(conn: sqlite3.Connection, members: list[RunInfo], refused: list | None = None) -> StoredRig:
-    """The rig of ``members`` (rig_members); damaged records as ``load_run`` treats them."""
-    primary = next(run.rig.camera for run in members if run.rig.primary)
-    return StoredRig(members[0].rig.rig, primary,
+    """The rig of ``members`` (rig_members); damaged records as ``load_run`` treats them. Its
+    camera names become file names: names the rig could not have (check_cameras: ``..``, ``/``, a
+    name twice, no primary among them) raise MapDatabaseError."""
+    rig = members[0].rig.rig
+    primaries = [run.rig.camera for run in members if run.rig.primary]
+    try:
+        check_cameras([run.rig.camera for run in members], primaries[0] if primaries else "")
+    except SettingsError as error:
+        raise MapDatabaseError(f"rig {rig}: its stored cameras are damaged ({error})") from None
+    if not primaries:
+        raise MapDatabaseError(f"rig {rig}: its stored primary camera is none of its cameras")
+    primary = primaries[0]
+    return StoredRig(rig, primary,
                      {run.rig.camera: load_run(conn, run, refused) for run in members},
-                     {run.rig.camera: RigScale(run.rig.scale, run.rig.scale_source, run.rig.scale_text)
-                      for run in members})
+                     {run.rig.camera: primary_scale() if run.rig.camera == primary else
+                      RigScale(run.rig.scale, run.rig.scale_source, run.rig.scale_text) for run in members})
 
 
 def save_rig(stored: StoredRig, directory: str | Path) -> SavedRigMap:
