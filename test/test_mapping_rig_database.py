@@ -265,3 +265,28 @@ def test_a_damaged_rig_record_is_refused_or_read_as_unknown(tmp_path):
     refused = tool("export", path, tmp_path / "out2")
     assert refused.returncode == 1 and "rig 1: its stored cameras are damaged" in refused.stderr
     assert not (tmp_path / "out2").exists() and not (tmp_path / "escape.tum").exists()
+
+
+def test_a_rig_that_fails_to_build_ends_every_run_and_frees_the_file(fixture_files, tmp_path, monkeypatch):
+    """The second camera's Mapper fails: the first's run and the one never mapped both end, and the
+    writer's lock is released (the next writer is not kept out)."""
+    from lingbot_ros.mapping.rig import rig_mapper
+
+    database = tmp_path / "map.db"
+    settings = tiny_settings(fixture_files, map_database=str(database), map_database_commit_s=0.05)
+    made, mapper = [], rig_mapper.Mapper
+
+    def second_fails(*args, **kwargs):
+        if made:
+            raise RuntimeError("no second camera")
+        made.append(mapper(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(rig_mapper, "Mapper", second_fails)
+    with pytest.raises(RuntimeError, match="no second camera"):
+        RigMapper(settings, rig_bundle_of(settings, 2), ("front", "back"))
+    assert not mdb.WriterLock.held(database)
+    conn = sqlite3.connect(database)
+    assert conn.execute("SELECT c.camera, r.ending FROM rig_cameras c JOIN runs r ON r.id = c.run "
+                        "ORDER BY c.position").fetchall() == [("front", "clean"), ("back", "clean")]
+    conn.close()
