@@ -13,7 +13,7 @@ for step in $steps; do
   case $step in
     tests)
       $PY -m pytest -q -p no:cacheprovider test/test_cache_flashinfer.py test/test_stream_frame_graph.py \
-        test/test_mapping_mapper_gpu.py $(ls test/test_stream_multi_gpu.py 2>/dev/null) \
+        test/test_mapping_mapper_gpu.py test/test_stream_multi_gpu.py test/test_mapping_rig_gpu.py \
         > "$OUT/gpu_tests.log" 2>&1; tail -3 "$OUT/gpu_tests.log" ;;
     raw|compressed)
       # Fast DDS's shared memory: its segments show in /dev/shm while the node runs (transport

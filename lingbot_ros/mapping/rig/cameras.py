@@ -11,12 +11,10 @@ from .grouping import cameras_error
 def check_cameras(cameras: Sequence[str], primary: str | None = None) -> tuple[tuple[str, ...], str]:
     """(the camera names, the primary camera: ``primary``, default the first) or SettingsError
     saying what to change."""
-    if isinstance(cameras, str) or not isinstance(cameras, (list, tuple)):
-        raise SettingsError(f"cameras must be a list of names, got {cameras!r}")
-    cameras = tuple(cameras)
     error = cameras_error(cameras)
     if error:
         raise SettingsError(f"cameras {error}")
+    cameras = tuple(cameras)
     if primary is None or primary == "":
         return cameras, cameras[0]
     if primary not in cameras:

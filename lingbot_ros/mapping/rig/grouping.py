@@ -71,6 +71,8 @@ def camera_name_error(name) -> str | None:
 
 def cameras_error(value) -> str | None:
     """Why ``value`` cannot be the rig's camera names (without the setting's name), or None."""
+    if not isinstance(value, (list, tuple)):   # a string would be read as one camera per letter
+        return f"must be a list of names, got {value!r}"
     if not value:
         return "must name at least one camera"
     if len(value) > MAX_CAMERAS:
