@@ -32,7 +32,7 @@ from lingbot_ros.mapping.database.readback import load_run
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import MapperSettings
-from lingbot_ros.stream import Preprocessor
+from lingbot_ros.stream import MultiStreamSession, Preprocessor
 
 try:   # ROS 2: without it the tests of the ROS layer cannot run (need_module, the ros fixture), the rest run
     import rclpy
@@ -125,14 +125,27 @@ def tiny_settings(files: dict, **overrides) -> MapperSettings:
 def mapper_of(settings: MapperSettings) -> Mapper:
     """A Mapper with a session and a preprocessor of its own over a model loaded once per model
     settings (the tests only read it): loading the checkpoint for every Mapper cost most of their time."""
-    key = (settings.checkpoint, settings.model_config, settings.device, settings.dtype, settings.fused_blocks)
-    if key not in _LOADED:
-        _LOADED[key] = factory.build(settings)
-    first = _LOADED[key]
+    first = _loaded(settings)
     return Mapper(settings, factory.SessionBundle(
         model=first.model, session=factory.new_session(first.model, settings),
         preprocessor=Preprocessor(target_width=settings.image_width, device=first.device, exact=settings.exact_resize),
         device=first.device, description=first.description, random_weights=first.random_weights))
+
+
+def rig_bundle_of(settings: MapperSettings, num_cameras: int) -> factory.RigBundle:
+    """A rig's bundle (one MultiStreamSession of ``num_cameras`` streams) over the model mapper_of loads once."""
+    first = _loaded(settings)
+    return factory.RigBundle(
+        model=first.model, session=MultiStreamSession(first.model, num_cameras, factory.stream_settings(settings)),
+        preprocessor=Preprocessor(target_width=settings.image_width, device=first.device, exact=settings.exact_resize),
+        device=first.device, description=first.description, random_weights=first.random_weights)
+
+
+def _loaded(settings: MapperSettings) -> factory.SessionBundle:
+    key = (settings.checkpoint, settings.model_config, settings.device, settings.dtype, settings.fused_blocks)
+    if key not in _LOADED:
+        _LOADED[key] = factory.build(settings)
+    return _LOADED[key]
 
 
 def wait_until(condition, what: str, timeout: float, details=None):

@@ -19,6 +19,8 @@ through the same verbs. The folders, by concept (docs/layout.md has a line per m
     store/       the map and trajectory in memory: voxels, points, the live view's samples
     database/    the map database (SQLite): schema, writer thread, recorder, readback, resume
     files/       files out: PLY/TUM, the preview picture, COLMAP, all-or-none staged writes
+    rig/         a camera rig (several cameras, one model, one map): grouping the frames, the
+                 RigMapper batching the cameras' model steps, the one map
 
 Import the module that holds a name (``from lingbot_ros.mapping.mapper import Mapper``); this
 package re-exports nothing, so importing one part does not load the others.

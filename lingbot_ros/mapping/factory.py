@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from ..model import CheckpointError, LingBotMap, ModelConfig, build_model, load_checkpoint
-from ..stream import Preprocessor, StreamingSession, StreamSettings
+from ..stream import MultiStreamSession, Preprocessor, StreamingSession, StreamSettings
+from .rig.cameras import check_cameras, check_rig_settings
 from .settings import MapperSettings
 
 # torch.compile's kernel cache; PyTorch's default lives under /tmp and is gone after a reboot.
@@ -37,6 +38,18 @@ class SessionBundle:
             return ""
         return (f"NO CHECKPOINT SET: running the '{self.architecture}' architecture with RANDOM weights. "
                 "Poses, depth and the map are NOT a reconstruction")
+
+
+@dataclasses.dataclass
+class RigBundle(SessionBundle):
+    """A camera rig's: one model, one MultiStreamSession with a stream per camera."""
+
+    session: MultiStreamSession
+
+    def camera_bundle(self, session) -> SessionBundle:
+        """One camera's bundle: this one's model and preprocessor, ``session`` its stream's view."""
+        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(SessionBundle)}
+        return SessionBundle(**{**values, "session": session})
 
 
 def resolve_device(name: str) -> str:
@@ -110,10 +123,21 @@ def failure_hint(error: BaseException, settings: MapperSettings) -> str:
 
 def build(settings: MapperSettings) -> SessionBundle:
     """Raises with a message naming the file or setting at fault."""
+    return _build(settings, SessionBundle, lambda model: new_session(model, settings))
+
+
+def build_rig(settings: MapperSettings, cameras) -> RigBundle:
+    """A rig's bundle for ``cameras`` (names, checked before the model loads), the model loaded once."""
+    cameras, _ = check_cameras(cameras)
+    check_rig_settings(settings)
+    return _build(settings, RigBundle,
+                  lambda model: MultiStreamSession(model, len(cameras), stream_settings(settings)))
+
+
+def _build(settings: MapperSettings, kind, session_of):
     device = resolve_device(settings.device)
     model, description = load_model(settings, device)
     _, architecture = model_config(settings)
     preprocessor = Preprocessor(target_width=settings.image_width, device=device, exact=settings.exact_resize)
-    return SessionBundle(model=model, session=new_session(model, settings), preprocessor=preprocessor,
-                         device=device, description=description, random_weights=not settings.checkpoint,
-                         architecture=architecture)
+    return kind(model=model, session=session_of(model), preprocessor=preprocessor, device=device,
+                description=description, random_weights=not settings.checkpoint, architecture=architecture)

@@ -48,6 +48,7 @@ from .keyframes import FLUSH, KEEP, ROLLBACK
 from .long_run import make_long_run_policy
 from .map_reads import MapReads
 from .outputs import output_of
+from .placement.odometry import OdometryBuffer
 from .placement.robot import RobotFrames
 from .placing import Placing
 from .records import (FAILED, INITIALISING, REJECTED, RESTART, RESTARTED, TRACKING, WAITING, WARMUP,
@@ -64,13 +65,13 @@ from .warmup_size import WarmupSize, run_warmup, warmup_size
 
 
 class Mapper:
-    def __init__(self, settings: MapperSettings, bundle: SessionBundle):
+    def __init__(self, settings: MapperSettings, bundle: SessionBundle, odometry: OdometryBuffer | None = None):
         self.settings = settings
         self.bundle = bundle
         self.session = bundle.session
         self.preprocessor = bundle.preprocessor
         self.long_run = make_long_run_policy(settings)
-        self.robot = RobotFrames(settings)
+        self.robot = RobotFrames(settings, odometry)   # odometry: a rig's cameras share one robot's
         resumed, resume_text = (load_resumed(settings, bundle.device, bundle.preprocessor) if settings.resume
                                 else (None, ""))
         self.recorder = open_recorder(settings, bundle.description,   # the map database, or none

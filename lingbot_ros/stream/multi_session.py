@@ -38,7 +38,7 @@ from ..cache import BatchPart, CacheExhausted, CacheSpec, MultiStreamKVCache, St
 from ..model.camera_cache import CameraCacheBatch
 from ..model.lingbot_map import LingBotMap
 from .results import FrameResult
-from .session import FrameError, StreamingSession, attend_paged
+from .session import CacheUsage, FrameError, StreamingSession, attend_paged
 from .settings import SettingsError, StreamSettings
 
 # More streams than this in one pool is a configuration error, not a rig.
@@ -131,6 +131,10 @@ class MultiStreamSession:
 
     def stream_stats(self, stream: int) -> dict:
         return self._session(stream).stats()
+
+    def usage(self, stream: int) -> CacheUsage:
+        """`StreamingSession.usage` of one stream (its pages of the shared pool, its camera cache)."""
+        return self._session(stream).usage()
 
     # ---- internals -------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from lingbot_ros.mapping.store.points import to_numpy
 from lingbot_ros.mapping.files.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
+from lingbot_ros.mapping.rig.grouping import GroupingSettings
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
@@ -58,11 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
                "(depth at the model input size, see --depth-format); preview.png (the map seen from above, "
                "coloured by height, with the trajectory). Units: metres up to an unknown scale unless "
                "--scale-source fixed --scale S.")
-    parser.add_argument("--input", required=True,
+    parser.add_argument("--input", required=True, action="append",
                         help="image folder, video file, rosbag2 (directory or .mcap/.db3), "
-                             "camera index or 'synthetic[:WxH[:N]]'")
+                             "camera index or 'synthetic[:WxH[:N]]'; several (one per camera of --cameras) "
+                             "for a camera rig")
     parser.add_argument("--output", required=True, type=Path, help="output directory (created)")
-    parser.add_argument("--topic", help="image topic of a bag (default: its first image topic)")
+    parser.add_argument("--topic", action="append",
+                        help="image topic of a bag (default: its first image topic); a rig: one for every "
+                             "--input, or one per --input in their order (a bag's several topics: the bag "
+                             "given as --input once per topic)")
+    parser.add_argument("--cameras", metavar="NAME,NAME",
+                        help="a camera rig (the node's cameras): one name per --input, in their order. Writes "
+                             "one map (map.ply, preview.png) and per camera trajectory_NAME.tum, "
+                             "frames_NAME.csv and depth_NAME/; needs --map-database ''")
+    parser.add_argument("--primary-camera", metavar="NAME",
+                        help="with --cameras: the camera whose scale the map takes (the node's "
+                             "primary_camera; default the first)")
     parser.add_argument("--rate-hz", type=float,
                         help="stamp rate for folders and synthetic input (default 10 Hz); "
                              "overrides a video's own frame rate")
@@ -84,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "--no-strict-jpeg accepts them (default %(default)s)")
     serve.add_arguments(parser)
     add_settings_arguments(parser)
+    # A rig's grouping (offline: every frame, merged in stamp order; no wall clock to wait on).
+    add_settings_arguments(parser, GroupingSettings, exclude=("cameras", "camera_sync_wait_s", "process_all_frames",
+                                                              "queue_size"))
     return parser
 
 
@@ -116,19 +131,14 @@ def run(args: argparse.Namespace, viewer=None) -> str:
     if args.max_frames is not None and args.max_frames < 1:
         raise OfflineError(f"--max-frames must be >= 1, got {args.max_frames}")
     settings = settings_from_args(args)
+    topics = args.topic or [None]
+    if len(topics) not in (1, len(args.input)):
+        raise OfflineError(f"{len(topics)} --topic for {len(args.input)} --input: give one for all, or one per input")
+    if args.cameras is not None or len(args.input) > 1:
+        from lingbot_ros.tools import offline_rig   # here: it imports this module (its writers)
+        return offline_rig.run(args, settings, topics * (len(args.input) // len(topics)), viewer)
     undecodable: list[FrameDecodeError] = []
-
-    def skip(error: FrameDecodeError) -> None:   # the node skips such a frame too
-        undecodable.append(error)
-        print(f"lingbot-ros-offline: rejected: frame skipped: {error}", file=sys.stderr)
-
-    source = open_source(args.input, rate_hz=args.rate_hz, topic=args.topic, strict_jpeg=args.strict_jpeg,
-                         on_undecodable=skip)
-    total = source.num_frames
-    if args.max_frames is not None:
-        total = args.max_frames if total is None else min(total, args.max_frames)
-    if total is None:
-        raise OfflineError(f"{source.description} has no end; pass --max-frames")
+    source, total = open_input(args, args.input[0], topics[0], undecodable)
     if args.colmap is not None:
         check_target(args.colmap, args.overwrite)   # before the run, so that a refusal costs none
 
@@ -155,6 +165,23 @@ def run(args: argparse.Namespace, viewer=None) -> str:
     finally:
         mapper.close()   # the run's end in the map database, and the map builder's thread
     return f"{summary}\nmap database: {mapper.recorder.text}"   # read after close: how the run ended
+
+
+def open_input(args, spec: str, topic: str | None, undecodable: list, camera: str = ""):
+    """An input's source and how many of its frames to run; its undecodable frames are skipped,
+    said on stderr, and collected in ``undecodable``."""
+    def skip(error: FrameDecodeError) -> None:   # the node skips such a frame too
+        undecodable.append(error)
+        print(f"lingbot-ros-offline: rejected: {camera + ': ' if camera else ''}frame skipped: {error}",
+              file=sys.stderr)
+
+    source = open_source(spec, rate_hz=args.rate_hz, topic=topic, strict_jpeg=args.strict_jpeg, on_undecodable=skip)
+    total = source.num_frames
+    if args.max_frames is not None:
+        total = args.max_frames if total is None else min(total, args.max_frames)
+    if total is None:
+        raise OfflineError(f"{source.description} has no end; pass --max-frames")
+    return source, total
 
 
 def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecodable: list, viewer) -> str:
@@ -220,11 +247,14 @@ def report(notices) -> None:
 class FrameWriter:
     """Per-frame files of final outputs, staged in ``staged``: depth maps and the frame table; and
     the newest ``keep_images`` keyframes' images for the COLMAP export (by frame index; the saved
-    trajectory holds no older ones)."""
+    trajectory holds no older ones). ``camera``: a rig's camera, named in the files (depth_NAME/,
+    frames_NAME.csv)."""
 
-    def __init__(self, output_dir: Path, depth_format: str, staged: StagedFiles, keep_images: int = 0):
+    def __init__(self, output_dir: Path, depth_format: str, staged: StagedFiles, keep_images: int = 0,
+                 camera: str = ""):
         self.output_dir = output_dir
-        self.depth_dir = output_dir / "depth"
+        self.suffix = f"_{camera}" if camera else ""
+        self.depth_dir = output_dir / f"depth{self.suffix}"
         self.depth_dir.mkdir(parents=True, exist_ok=True)
         self.depth_format = depth_format
         self.staged = staged
@@ -269,7 +299,7 @@ class FrameWriter:
         table = csv.writer(text)
         table.writerow(("index", "stamp_s", "is_keyframe", "fx", "fy", "cx", "cy", "depth"))
         table.writerows(sorted(self.rows))
-        path = self.output_dir / "frames.csv"
+        path = self.output_dir / f"frames{self.suffix}.csv"
         self.staged.add(path, text.getvalue().encode("utf-8"))
         return path
 

@@ -164,9 +164,5 @@ def write_map_files(directory: str | Path, xyz: np.ndarray, rgb: np.ndarray, tra
              png: preview_png(xyz, trajectory.poses()[:, :3, 3], units=units)}
     if windows is not None:
         files[csv] = windows_bytes(windows)
-    if staged is None:
-        write_files(files)
-    else:
-        for path, data in files.items():
-            staged.add(path, data)
+    write_files(files, staged)
     return ply, tum

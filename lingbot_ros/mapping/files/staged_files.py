@@ -104,8 +104,11 @@ class StagedFiles:
         return targets
 
 
-def write_files(files: dict) -> list[Path]:
-    """{path: bytes} written all or none (``StagedFiles``); returns the targets."""
-    with StagedFiles() as staged:
-        targets = [staged.add(path, data) for path, data in files.items()]
+def write_files(files: dict, staged: StagedFiles | None = None) -> list[Path]:
+    """{path: bytes} written all or none (``StagedFiles``); returns the targets. With ``staged``
+    they are only added to it, for its owner to commit with its own files."""
+    if staged is not None:
+        return [staged.add(path, data) for path, data in files.items()]
+    with StagedFiles() as own:
+        targets = [own.add(path, data) for path, data in files.items()]
     return targets

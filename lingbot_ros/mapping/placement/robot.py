@@ -16,10 +16,10 @@ from ..settings import MapperSettings
 
 
 class RobotFrames:
-    def __init__(self, settings: MapperSettings):
+    def __init__(self, settings: MapperSettings, odometry: OdometryBuffer | None = None):
         self.settings = settings
         self.set_mount(parse_mount(settings.camera_mount), "the camera_mount setting")
-        self.odometry = OdometryBuffer()
+        self.odometry = odometry if odometry is not None else OdometryBuffer()
 
     def set_mount(self, base_camera: np.ndarray, source: str) -> None:
         """T_base_camera (where it came from, for the log: TF or the setting)."""
