@@ -24,12 +24,14 @@ BAD_INPUT_LOG_PERIOD_S = 5.0
 
 
 class Inputs:
-    def __init__(self, node, cfg, counters, inbox, group):
-        """Subscribe now (activate); ``destroy`` undoes it (deactivate)."""
-        self.node, self.cfg, self.counters, self.inbox = node, cfg, counters, inbox
+    def __init__(self, node, cfg, counters, deliver, group, image_topic: str = topics.IMAGE_TOPIC):
+        """Subscribe now (activate); ``destroy`` undoes it (deactivate). ``deliver(frame)`` hands a
+        decoded frame on and returns how many frames that dropped; ``image_topic``: a rig camera's
+        (its camera_info derives from it)."""
+        self.node, self.cfg, self.counters, self.deliver = node, cfg, counters, deliver
         self.camera_info_k = ""
         self._gaps = ReceivedGaps()
-        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info)
+        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info, image_topic)
         self.image_topic = names.image
         qos = KEEP_ALL_RELIABLE if cfg.process_all_frames else input_qos(
             "sensor_data" if cfg.image_qos == "auto" else cfg.image_qos, cfg.image_qos_depth)
@@ -73,7 +75,7 @@ class Inputs:
         # hour ahead is held there, and refused unless the next frame follows it).
         frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, received_ns=received_ns,
                            gap_ns=self._gaps.gap_ns(stamp_ns))
-        self.counters.add("dropped", self.inbox.put(frame))
+        self.counters.add("dropped", self.deliver(frame))
 
     def _on_camera_info(self, msg) -> None:
         try:

@@ -34,14 +34,18 @@ from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.mapping.warmup_size import AUTO, warmup_size
-from lingbot_ros.ros import camera_info_size, messages, params, services
-from lingbot_ros.ros.diagnostics import Counters
+from lingbot_ros.ros import camera_info_size, messages, params, services, topics
+from lingbot_ros.mapping.rig.cameras import check_rig_settings
+from lingbot_ros.mapping.rig.rig_mapper import RigMapper
+from lingbot_ros.ros.diagnostics import Counters, Fanout
+from lingbot_ros.ros.group_inbox import GroupInbox
 from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.output_thread import OutputThread, to_host
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
 from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
+from lingbot_ros.ros.rig import CameraOutputs, RigFront, camera_lines, camera_summary, labelled
 from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.worker import FrameInbox, Worker
@@ -62,6 +66,11 @@ class MapNode(LifecycleNode):
         self.outputs: Outputs | None = None
         self.path: PathCache | None = None
         self.inputs: Inputs | None = None
+        # A camera rig (parameter cameras; empty: none of these): per camera its inputs, counters, topics.
+        self.camera_inputs: dict[str, Inputs] = {}
+        self.camera_counters: dict[str, Counters] = {}
+        self.camera_outputs: dict[str, CameraOutputs] = {}
+        self._scales_pending = threading.Event()   # one refresh of the rig's scales queued at most
         self.cfg: params.NodeSettings | None = None
         self.counters = Counters()
         self.health = Health()
@@ -104,6 +113,8 @@ class MapNode(LifecycleNode):
         -> on_error, which releases everything -> unconfigured."""
         try:
             settings, self.cfg = params.read(self, self.refused_parameters)
+            if self.cfg.cameras:
+                check_rig_settings(settings)
         except SettingsError as error:
             self.configure_error = f"configure failed, fix the parameters: {error}"
             self.get_logger().error(self.configure_error)
@@ -111,10 +122,16 @@ class MapNode(LifecycleNode):
         try:
             self._diagnostics_timer.timer_period_ns = round(self.cfg.diagnostics_period_s * 1e9)
             self._qos_warnings.clear()
-            self.bundle = factory.build(settings)
-            self.mapper = Mapper(settings, self.bundle)
             self.counters = Counters()
-            self.worker = Worker(FrameInbox(False, 1), self._handle_frame, self._on_worker_error)
+            if self.cfg.cameras:
+                self.bundle = factory.build_rig(settings, self.cfg.cameras)
+                self.mapper = RigFront(RigMapper(settings, self.bundle, self.cfg.cameras, self.cfg.primary_camera))
+                self.camera_counters = {camera: Counters() for camera in self.cfg.cameras}
+                self.worker = Worker(GroupInbox(self.cfg.grouping()), self._handle_group, self._on_worker_error)
+            else:
+                self.bundle = factory.build(settings)
+                self.mapper = Mapper(settings, self.bundle)
+                self.worker = Worker(FrameInbox(False, 1), self._handle_frame, self._on_worker_error)
             self.worker.start()
             self.output_thread = OutputThread(self._on_worker_error)
             if self.bundle.random_weights:
@@ -126,10 +143,13 @@ class MapNode(LifecycleNode):
             if settings.warmup:
                 self._warm_up(settings)
             self.outputs = Outputs.create(self)
+            self.camera_outputs = {camera: CameraOutputs.create(self, camera) for camera in self.cfg.cameras}
             self.path = PathCache(self.mapper, self.cfg.map_frame, self.cfg.path_max_length)
             self._own_services = services.create(self, self._service_group)
             self._start_timers()
-            self.robot = RobotLink(self, self.cfg, self.mapper, self.counters, self.image_clock)
+            cameras = ({camera: self.mapper.rig.camera(camera) for camera in self.cfg.cameras}
+                       if self.cfg.cameras else None)
+            self.robot = RobotLink(self, self.cfg, self.mapper, self.counters, self.image_clock, cameras)
             self._start_viewer()
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
             hint = factory.failure_hint(error, settings)
@@ -162,10 +182,16 @@ class MapNode(LifecycleNode):
         if errors:
             self.get_logger().error("activate failed, fix the parameters: " + "; ".join(errors))
             return TransitionCallbackReturn.FAILURE
-        self.worker.inbox = FrameInbox(self.cfg.process_all_frames, self.cfg.queue_size, InputFrame.after_dropped)
-        self.inputs = Inputs(self, self.cfg, self.counters, self.worker.inbox, self._image_group)
-        self.get_logger().info(f"active: listening on {self.inputs.image_topic} ("
-                               f"{'every frame, in order' if self.cfg.process_all_frames else 'newest frame wins'})")
+        order = "every frame, in order" if self.cfg.process_all_frames else "newest frame wins"
+        if self.cfg.cameras:
+            self._subscribe_rig()
+            listening = ", ".join(inputs.image_topic for inputs in self.camera_inputs.values())
+            order += f" per camera, grouped within {self.cfg.camera_sync_tolerance_s:g} s"
+        else:
+            self.worker.inbox = FrameInbox(self.cfg.process_all_frames, self.cfg.queue_size, InputFrame.after_dropped)
+            self.inputs = Inputs(self, self.cfg, self.counters, self.worker.inbox.put, self._image_group)
+            listening = self.inputs.image_topic
+        self.get_logger().info(f"active: listening on {listening} ({order})")
         result = super().on_activate(state)   # switches the lifecycle publishers on
         self.publish_status()
         return result
@@ -207,7 +233,9 @@ class MapNode(LifecycleNode):
         with self._outputs_lock:
             if self.outputs is not None:
                 self.outputs.destroy()
-            self.outputs = None
+            for outputs in self.camera_outputs.values():
+                outputs.destroy()
+            self.outputs, self.camera_outputs = None, {}
         if self.robot is not None:
             self.robot.destroy()
         if self.viewer is not None:
@@ -228,6 +256,21 @@ class MapNode(LifecycleNode):
         if self.inputs is not None:
             self.inputs.destroy()
             self.inputs = None
+        for inputs in self.camera_inputs.values():
+            inputs.destroy()
+        self.camera_inputs = {}
+
+    def _subscribe_rig(self) -> None:
+        """Each camera's inputs (~/<name>/image ...) into a new GroupInbox (its kind follows the
+        input parameters, taken at activate). A camera's frames and refusals count as its own and
+        in the node's totals."""
+        self.worker.inbox = inbox = GroupInbox(self.cfg.grouping())
+        for camera in self.cfg.cameras:
+            self.camera_inputs[camera] = Inputs(
+                self, self.cfg, Fanout(self.counters, self.camera_counters[camera]),
+                lambda frame, camera=camera: len(inbox.put(camera, frame)), self._image_group,
+                topics.camera_topic(camera, "image"))
+
 
     # -- worker side --------------------------------------------------------------------------
 
@@ -247,19 +290,63 @@ class MapNode(LifecycleNode):
             # One job per call: a phase-1 batch's frames are published together or not at all.
             copies = [to_host(output, fields) for output in outcome.new]
             self.output_thread.submit(self.safety.guard("image publication",
-                                                        lambda: self._publish_images(copies)))
+                                                        lambda: self._publish_images(copies, self._images)))
         if self.viewer is not None:
             self.viewer.update(self.mapper, outcome)
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6)
         self.publish_status()
 
-    def _publish_images(self, copies) -> None:
-        """On the output thread: once a frame's host copies are done, its image-sized messages."""
+    def _images(self, output) -> None:
+        self.outputs.images(output, self.cfg, self.mapper.settings.min_confidence)
+
+    def _handle_group(self, group) -> None:
+        """A rig's group (at most one frame per camera) as one batched step. Each camera's outputs
+        go to its own topics; the primary camera's also to ~/pose, ~/odom, ~/path, TF and the
+        single camera's image topics (~/points, ~/depth/image ...)."""
+        for member in group:
+            self.robot.before_frame(member.frame, member.camera)
+        outcomes = self.mapper.process(group).outcomes
+        primary = self.mapper.rig.primary
+        taken = outcomes[primary].taken if primary in outcomes else None
+        if taken is not None:   # the image clock (odometry's reference) follows the primary camera
+            self.image_clock.image(taken.stamp_ns, taken.received_ns)
+        self.report(labelled(outcomes).notices)
+        if not self.context.ok():
+            return
+        for camera, outcome in outcomes.items():
+            outputs = self.camera_outputs[camera]
+            for output in outcome.new:
+                outputs.poses(output, self.cfg)
+                if camera == primary:
+                    self.outputs.poses(output, self.cfg, self.path)
+                    self.robot.publish(output)
+            fields = set(outputs.image_fields()) | (set(self.outputs.image_fields()) if camera == primary else set())
+            if fields and outcome.new:
+                copies = [to_host(output, tuple(sorted(fields))) for output in outcome.new]
+
+                def publish(output, outputs=outputs, camera=camera) -> None:
+                    outputs.images(output, self.cfg)
+                    if camera == primary:
+                        self._images(output)
+                self.output_thread.submit(self.safety.guard(
+                    "image publication", lambda copies=copies, publish=publish: self._publish_images(copies, publish)))
+        if self.viewer is not None and primary in outcomes:
+            self.viewer.update(self.mapper.primary, outcomes[primary])
+        now_ns = time.monotonic_ns()
+        for member in group:
+            latency_ms = (now_ns - member.frame.received_ns) / 1e6
+            self.counters.frame_done(latency_ms)
+            self.camera_counters[member.camera].frame_done(latency_ms)
+        self.publish_status()
+
+    def _publish_images(self, copies, publish) -> None:
+        """On the output thread: once a frame's host copies are done, ``publish(output)`` its
+        image-sized messages."""
         for output, copied in copies:
             if copied is not None:
                 copied.synchronize()
             if self.context.ok():
-                self.outputs.images(output, self.cfg, self.mapper.settings.min_confidence)
+                publish(output)
 
     def report(self, notices) -> None:
         logger = self.get_logger()
@@ -293,7 +380,22 @@ class MapNode(LifecycleNode):
             warnings.extend(self.robot.warnings())
         if self._viewer_refusal:
             warnings.append(self._viewer_refusal)
+        warnings.extend(self._quiet_cameras())
         return tuple(warnings)
+
+    def _quiet_cameras(self) -> list[str]:
+        """A rig's cameras without an image for stale_after_s while another camera sends (the
+        others go on mapping; the node as a whole is STALE only when every camera is quiet)."""
+        if self.cfg is None or not self.cfg.stale_after_s or self._state_machine.current_state[1] != "active":
+            return []
+        now = time.monotonic()
+        quiet = {camera: counters.last_received_s for camera, counters in self.camera_counters.items()
+                 if counters.last_received_s is None or now - counters.last_received_s > self.cfg.stale_after_s}
+        if len(quiet) == len(self.camera_counters):
+            return []
+        return [f"camera {camera}: no image on {self.camera_inputs[camera].image_topic if camera in self.camera_inputs else camera} "
+                + ("yet" if last is None else f"for {now - last:.1f} s") + " (the other cameras go on mapping)"
+                for camera, last in quiet.items()]
 
     def lifecycle_text(self) -> str:
         label = self._state_machine.current_state[1]
@@ -310,8 +412,12 @@ class MapNode(LifecycleNode):
     def status_message(self, mapper=None):
         snapshot = (mapper or self.mapper).snapshot
         stamp = self._last_stamp(snapshot)
-        return fill_status(MapStatus(), snapshot, self.counters.snapshot(), self.counters, stamp,
-                           self.cfg.map_frame, self.lifecycle_text())
+        msg = fill_status(MapStatus(), snapshot, self.counters.snapshot(), self.counters, stamp,
+                          self.cfg.map_frame, self.lifecycle_text())
+        mapper = mapper or self.mapper
+        if isinstance(mapper, RigFront):   # the numbers are the primary camera's; each camera's state here
+            msg.state_text += "; " + camera_summary(mapper)
+        return msg
 
     def publish_status(self) -> None:
         # Any thread; the mapper reference is taken once, since cleanup may clear it meanwhile.
@@ -362,6 +468,12 @@ class MapNode(LifecycleNode):
         conflict = robot.conflict if robot is not None else None
         if robot is not None:
             extra.update(robot.describe())
+        if isinstance(mapper, RigFront):
+            self._refresh_scales()
+            now = time.monotonic()
+            extra.update(camera_lines(mapper, {camera: c.snapshot() for camera, c in self.camera_counters.items()},
+                                      {camera: None if c.last_received_s is None else now - c.last_received_s
+                                       for camera, c in self.camera_counters.items()}))
         refusals = dict(counters.last_refusal)
         report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
             self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
@@ -372,6 +484,18 @@ class MapNode(LifecycleNode):
             self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
             counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))
         self.publish_status()
+
+    def _refresh_scales(self) -> None:
+        """The rig's scales for the next diagnostics, on the worker (it reads the cameras'
+        trajectories); coalesced: one refresh waits at most."""
+        worker, mapper = self.worker, self.mapper
+        if worker is not None and isinstance(mapper, RigFront) and not self._scales_pending.is_set():
+            self._scales_pending.set()
+
+            def refresh() -> None:
+                self._scales_pending.clear()
+                mapper.refresh_scales()
+            worker.submit(self.safety.guard("rig scales", refresh))
 
     def _on_map_timer(self) -> None:
         with self._outputs_lock:

@@ -15,6 +15,11 @@ from lingbot_ros.ros.params import IMAGE_TRANSPORTS
 IMAGE_TOPIC = "~/image"
 
 
+def camera_topic(camera: str, name: str) -> str:
+    """A rig camera's topic ``name`` (image, pose, depth/image): ~/<camera>/<name>."""
+    return f"~/{camera}/{name}"
+
+
 @dataclasses.dataclass(frozen=True)
 class InputTopics:
     image: str                 # the subscribed image topic: the raw one, or <raw>/compressed
@@ -27,10 +32,11 @@ def camera_info_topic(image_topic: str) -> str:
     return f"{namespace}/camera_info"
 
 
-def input_topics(node, image_transport: str, use_camera_info: bool) -> InputTopics:
-    """Topics to subscribe for ``node`` (an rclpy Node, whose remap rules apply)."""
+def input_topics(node, image_transport: str, use_camera_info: bool, image_topic: str = IMAGE_TOPIC) -> InputTopics:
+    """Topics to subscribe for ``node`` (an rclpy Node, whose remap rules apply); ``image_topic``:
+    a rig camera's ~/<name>/image, from which its other inputs derive alike."""
     if image_transport not in IMAGE_TRANSPORTS:
         raise ValueError(f"image_transport {image_transport!r}: use one of {', '.join(IMAGE_TRANSPORTS)}")
-    raw = node.resolve_topic_name(IMAGE_TOPIC)
+    raw = node.resolve_topic_name(image_topic)
     image = f"{raw}/compressed" if image_transport == "compressed" else raw
     return InputTopics(image=image, camera_info=camera_info_topic(raw) if use_camera_info else None)

@@ -1,0 +1,127 @@
+"""map_node with a camera rig (parameter cameras, issue 29) over real DDS: two cameras fed with two
+real sequences, each camera's poses on its own topic, the primary's alone on ~/pose and TF, one
+saved map; a silent camera does not stop the other; hostile cameras refused at configure."""
+import time
+
+import pytest
+
+from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
+
+need_module("rclpy", module_level=True)
+from helpers import SaveMap, TIMEOUT, courthouse_jpegs, interrupt_and_check_exit, jpeg_message  # noqa: E402
+
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import CompressedImage  # noqa: E402
+
+from lingbot_ros.mapping.files.export import read_ply, read_tum  # noqa: E402
+from lingbot_ros.ros.messages import stamp_ns, tf_message_type  # noqa: E402
+from lingbot_ros.ros.qos import TF_QOS  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+RIG = ["cameras:=[front,back]", "process_all_frames:=true", "image_qos:=reliable", "image_qos_depth:=50",
+       "queue_size:=50", "max_stamp_gap_s:=0.0", "tf_mode:=map_to_base", "stale_after_s:=1.0"]
+
+
+def loop_jpegs(shared_dir, count: int) -> list[bytes]:
+    files = sorted((shared_dir / "data" / "loop_jpg").glob("*.jpg"))[:count]
+    assert len(files) == count, f"{count} images in {shared_dir / 'data' / 'loop_jpg'}"
+    return [f.read_bytes() for f in files]
+
+
+def publisher(ros, topic: str):
+    pub = ros.node.create_publisher(CompressedImage, topic, QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    ros.wait(pub.get_subscription_count, f"the node's subscription to {topic}")
+    return pub
+
+
+def frames(jpegs, start_s: float, frame_id: str):
+    out = []
+    for i, data in enumerate(jpegs):
+        msg = jpeg_message(data, start_s + 0.1 * i)
+        msg.header.frame_id = frame_id
+        out.append(msg)
+    return out
+
+
+def diagnostics_text(ros) -> str:
+    if not ros.diagnostics:
+        return ""
+    status = ros.diagnostics[-1].status[0]
+    return status.message + "\n" + "\n".join(f"{kv.key}: {kv.value}" for kv in status.values)
+
+
+def test_two_cameras_one_map_one_tf_owner(ros, tiny, shared_dir, tmp_path):
+    fixture, _ = tiny
+    poses = {"front": [], "back": []}
+    for camera, got in poses.items():
+        ros.node.create_subscription(PoseStamped, f"/map_node/{camera}/pose", got.append, 100)
+    transforms = []
+    ros.node.create_subscription(tf_message_type(), "/tf", lambda msg: transforms.extend(msg.transforms), TF_QOS)
+    node = ros.start_node(fixture, *RIG)
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    front = publisher(ros, "/map_node/front/image/compressed")
+    back = publisher(ros, "/map_node/back/image/compressed")
+    count = 8
+    # Two real sequences, stamped alike: each group holds one frame of each camera.
+    for front_msg, back_msg in zip(frames(courthouse_jpegs(shared_dir, count), 100.0, "front_optical"),
+                                   frames(loop_jpegs(shared_dir, count), 100.0, "back_optical")):
+        front.publish(front_msg)
+        back.publish(back_msg)
+    status = ros.wait(lambda: ros.settled_with(2 * count), f"{2 * count} frames processed (both cameras)", timeout=120)
+    assert status.frames_received == 2 * count and status.frames_rejected == 0 and status.frames_failed == 0
+    assert "front (primary) tracking" in status.state_text and "back tracking" in status.state_text, status.state_text
+    stamps = [100 * 10**9 + k * 10**8 for k in range(count)]
+    for camera in poses:
+        ros.wait(lambda camera=camera: len(poses[camera]) == count, f"{count} poses of {camera}")
+        assert [stamp_ns(p.header.stamp) for p in poses[camera]] == stamps
+        assert all(p.header.frame_id == "map" for p in poses[camera])
+    # ~/pose and TF are the primary's (front) only: one TF owner, one transform per front frame.
+    ros.wait(lambda: len(ros.poses) == count, f"{count} poses on ~/pose")
+    assert [stamp_ns(p.header.stamp) for p in ros.poses] == stamps
+    ros.wait(lambda: len([t for t in transforms if t.child_frame_id == "base_link"]) >= count, "the TF of each frame")
+    ours = [t for t in transforms if t.header.frame_id == "map"]
+    assert {t.child_frame_id for t in ours} == {"base_link"}
+    assert [stamp_ns(t.header.stamp) for t in ours] == stamps
+    for pose, transform in zip(ros.poses, ours):   # ~/pose is base_link in map, as TF says
+        assert abs(pose.pose.position.x - transform.transform.translation.x) < 1e-6
+
+    # Each camera's line in /diagnostics names it.
+    ros.wait(lambda: "camera back" in diagnostics_text(ros) and "camera front" in diagnostics_text(ros),
+             "per-camera lines in /diagnostics")
+
+    # One map from both cameras, one trajectory per camera.
+    saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "rig")))
+    assert saved.success, saved.message
+    assert sorted(p.name for p in (tmp_path / "rig").iterdir()) == [
+        "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum"]
+    xyz, _ = read_ply(saved.ply_path)
+    assert len(xyz) == saved.num_points > 0
+    assert saved.tum_path.endswith("trajectory_front.tum") and saved.num_poses == count
+    assert len(read_tum(str(tmp_path / "rig" / "trajectory_back.tum"))) == count
+
+    # The back camera goes silent: the front one keeps mapping (each frame waits at most
+    # camera_sync_wait_s for the back's), and /diagnostics names the silent camera.
+    for msg in frames(courthouse_jpegs(shared_dir, count + 4)[count:], 100.0 + 0.1 * count, "front_optical"):
+        front.publish(msg)
+    status = ros.wait(lambda: ros.settled_with(2 * count + 4), "4 more front frames without the back camera")
+    assert len(ros.poses) == count + 4 and len(poses["back"]) == count
+    ros.wait(lambda: "camera back: no image on /map_node/back/image/compressed for" in diagnostics_text(ros),
+             "the silent camera named in /diagnostics")
+    interrupt_and_check_exit(ros, node)
+
+
+@pytest.mark.parametrize("cameras, reason", [
+    ("[front,front]", "must name each camera once; repeated: ['front']"),
+    ("[front,'bad/name']", "camera name 'bad/name' must start with a letter"),
+])
+def test_hostile_cameras_refused_at_configure(ros, tiny, cameras, reason):
+    fixture, _ = tiny
+    node = ros.start_node(fixture, f"cameras:={cameras}")
+    ros.wait(lambda: reason in ros.output(node), "the refusal in the log")
+    assert "configure failed, fix the parameters" in ros.output(node)
+    ros.wait(lambda: ros.diagnostics and reason in ros.diagnostics[-1].status[0].message,
+             "the refusal in /diagnostics")
+    assert ros.state() == "unconfigured"
+    interrupt_and_check_exit(ros, node)
