@@ -242,6 +242,41 @@ def test_a_failed_batched_step_restarts_every_camera_in_it(fixture_files, images
         pair.close()
 
 
+def test_an_error_a_mapper_does_not_catch_reaches_the_caller_after_every_camera_ran(fixture_files, images,
+                                                                                   monkeypatch):
+    pair = Pair(fixture_files, 2)
+    try:
+        monkeypatch.setattr(pair.rig.camera("front"), "process", lambda frame: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            pair.rig.process([RigFrame(camera, pair.frame(images, camera, 0)) for camera in pair.cameras])
+        assert pair.rig.camera("left").next_index == 1   # its frame ran all the same
+        monkeypatch.undo()
+        pair.rig.process([RigFrame("front", pair.frame(images, "front", 1))])   # the rig goes on
+        assert pair.rig.camera("front").next_index == 1
+    finally:
+        pair.close()
+
+
+def test_a_camera_that_changes_its_image_size_affects_its_own_stream_only(fixture_files, images):
+    """The streams of one pool share one model input size: a camera whose images change to another
+    aspect ratio restarts and its frames fail (said in its notices) while the others map on, equal
+    to their separate Mappers."""
+    pair = Pair(fixture_files, 2)
+    try:
+        for group in range(5):
+            pair.group({camera: pair.frame(images, camera, group) for camera in pair.cameras})
+        for group in range(5, 8):
+            front = pair.frame(images, "front", group)
+            tall = InputFrame(rgb=np.ascontiguousarray(images[1][group][:, :300]), stamp_ns=10**9 + group * 10**8)
+            got = pair.rig.process([RigFrame("front", front), RigFrame("left", tall)])
+            assert_same_outcome(got.outcomes["front"], pair.alone["front"].process(front), "front")
+            assert FAILED in [n.kind for n in got.outcomes["left"].notices]
+            assert "share one image size" in " ".join(n.text for n in got.outcomes["left"].notices)
+        assert pair.rig.camera("front").snapshot.failed == 0
+    finally:
+        pair.close()
+
+
 def test_warm_up_runs_every_camera_and_leaves_no_trace(fixture_files, images):
     pair = Pair(fixture_files, 2)
     try:

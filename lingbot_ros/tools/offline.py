@@ -17,6 +17,7 @@ import csv
 import io
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import cv2
@@ -142,29 +143,37 @@ def run(args: argparse.Namespace, viewer=None) -> str:
     if args.colmap is not None:
         check_target(args.colmap, args.overwrite)   # before the run, so that a refusal costs none
 
-    mapper = None
-    try:
-        bundle = factory.build(settings)
-        if bundle.random_weights:
-            print("\n" + "!" * 78 + f"\n!! WARNING: --random-weights: the model is UNTRAINED.\n!! "
-                  f"{bundle.untrained_warning()}.\n!! Use --checkpoint for a map.\n" + "!" * 78 + "\n",
-                  file=sys.stderr)
-        mapper = Mapper(settings, bundle)
-        if settings.warmup:
-            size = warmup_size(settings, found_in_source(source) if settings.warmup_image_size == AUTO else None)
-            if size.warning:
-                print(f"lingbot-ros-offline: warning: {size.warning}", file=sys.stderr)
-            print(f"lingbot-ros-offline: warming up on {size.describe()}", file=sys.stderr, flush=True)
-            mapper.warm_up(size)
-    except KeyboardInterrupt:   # a signal while the model loads or warms up
-        if mapper is not None:
-            mapper.close()
-        raise KeyboardInterrupt("before the first frame: nothing was written") from None
+    bundle, mapper = started(settings, source, lambda: factory.build(settings), partial(Mapper, settings))
     try:
         summary = _process(args, settings, bundle, mapper, source, total, undecodable, viewer)
     finally:
         mapper.close()   # the run's end in the map database, and the map builder's thread
     return f"{summary}\nmap database: {mapper.recorder.text}"   # read after close: how the run ended
+
+
+def started(settings, source, build, new_mapper, cameras: int = 1):
+    """The model loaded (``build()``: its bundle), the mapper made (``new_mapper(bundle)``: a Mapper
+    or a RigMapper) and warmed up on ``source``'s size; a signal meanwhile writes nothing."""
+    mapper = None
+    try:
+        bundle = build()
+        if bundle.random_weights:
+            print("\n" + "!" * 78 + f"\n!! WARNING: --random-weights: the model is UNTRAINED.\n!! "
+                  f"{bundle.untrained_warning()}.\n!! Use --checkpoint for a map.\n" + "!" * 78 + "\n",
+                  file=sys.stderr)
+        mapper = new_mapper(bundle)
+        if settings.warmup:
+            size = warmup_size(settings, found_in_source(source) if settings.warmup_image_size == AUTO else None)
+            if size.warning:
+                print(f"lingbot-ros-offline: warning: {size.warning}", file=sys.stderr)
+            rig = f" ({cameras} cameras)" if cameras > 1 else ""
+            print(f"lingbot-ros-offline: warming up on {size.describe()}{rig}", file=sys.stderr, flush=True)
+            mapper.warm_up(size)
+    except KeyboardInterrupt:   # a signal while the model loads or warms up
+        if mapper is not None:
+            mapper.close()
+        raise KeyboardInterrupt("before the first frame: nothing was written") from None
+    return bundle, mapper
 
 
 def open_input(args, spec: str, topic: str | None, undecodable: list, camera: str = ""):

@@ -21,9 +21,8 @@ from lingbot_ros.mapping.records import InputFrame, StepOutcome
 from lingbot_ros.mapping.rig.cameras import check_cameras, check_rig_settings
 from lingbot_ros.mapping.rig.grouping import MAX_QUEUED_FRAMES, FrameGrouper, GroupingSettings
 from lingbot_ros.mapping.rig.rig_mapper import RigMapper
-from lingbot_ros.mapping.warmup_size import AUTO, found_in_source, warmup_size
 from lingbot_ros.process import interrupts
-from lingbot_ros.tools.offline import FrameWriter, OfflineError, Progress, open_input, report
+from lingbot_ros.tools.offline import FrameWriter, OfflineError, Progress, open_input, report, started
 from lingbot_ros.tools.settings_flags import settings_from_args
 
 
@@ -43,24 +42,8 @@ def run(args, settings, topics: list, viewer=None) -> str:
     undecodable: dict[str, list] = {camera: [] for camera in cameras}
     inputs = {camera: open_input(args, spec, topic, undecodable[camera], camera)
               for camera, spec, topic in zip(cameras, args.input, topics)}
-    rig = None
-    try:
-        bundle = factory.build_rig(settings, cameras)
-        if bundle.random_weights:
-            print(f"lingbot-ros-offline: WARNING: --random-weights: {bundle.untrained_warning()}", file=sys.stderr)
-        rig = RigMapper(settings, bundle, cameras, primary)
-        if settings.warmup:
-            first = inputs[primary][0]
-            size = warmup_size(settings, found_in_source(first) if settings.warmup_image_size == AUTO else None)
-            if size.warning:
-                print(f"lingbot-ros-offline: warning: {size.warning}", file=sys.stderr)
-            print(f"lingbot-ros-offline: warming up {len(cameras)} cameras on {size.describe()}", file=sys.stderr,
-                  flush=True)
-            rig.warm_up(size)
-    except KeyboardInterrupt:   # a signal while the model loads or warms up
-        if rig is not None:
-            rig.close()
-        raise KeyboardInterrupt("before the first frame: nothing was written") from None
+    bundle, rig = started(settings, inputs[primary][0], lambda: factory.build_rig(settings, cameras),
+                          lambda bundle: RigMapper(settings, bundle, cameras, primary), len(cameras))
     try:
         return _process(args, grouping, bundle, rig, inputs, undecodable, viewer)
     finally:

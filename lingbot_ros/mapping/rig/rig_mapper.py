@@ -31,6 +31,7 @@ from ..mapper import Mapper
 from ..placement.odometry import OdometryBuffer
 from ..records import MapperSnapshot
 from ..settings import MapperSettings
+from ..store.trajectory import Trajectory
 from ..warmup_size import WarmupSize
 from . import rig_map
 from .baton import Baton
@@ -39,6 +40,9 @@ from .grouping import RigFrame
 from .records import PRIMARY, RigOutcome, RigScale, SavedRigMap
 from .scale import metric_scale, trajectory_scale
 from .session_view import StreamView
+
+# Base poses per camera the scale against the primary is estimated from (the newest).
+SCALE_POSES = 2000
 
 
 class RigMapper:
@@ -119,9 +123,10 @@ class RigMapper:
 
     @property
     def scales(self) -> dict[str, RigScale]:
-        """Each camera's scale against the primary's (scale.py)."""
+        """Each camera's scale against the primary's (scale.py), from the newest SCALE_POSES base
+        poses of each (a bounded cost, whatever the trajectories hold)."""
         primary = self._mappers[self.primary]
-        reference = primary.saved_trajectory()
+        reference = _newest_base_poses(primary)
         out = {}
         for camera, mapper in self._mappers.items():
             if camera == self.primary:
@@ -129,7 +134,7 @@ class RigMapper:
             elif primary.snapshot.scale_known and mapper.snapshot.scale_known:
                 out[camera] = metric_scale()
             else:
-                out[camera] = trajectory_scale(reference, mapper.saved_trajectory())
+                out[camera] = trajectory_scale(reference, _newest_base_poses(mapper))
         return out
 
     def map_points(self) -> tuple[np.ndarray, np.ndarray]:
@@ -162,3 +167,11 @@ class RigMapper:
         index = {camera: stream for stream, camera in enumerate(self.cameras)}
         done = self._baton.run({index[camera]: verb for camera, verb in verbs.items()})
         return RigOutcome({self.cameras[stream]: outcome for stream, outcome in sorted(done.items())})
+
+
+def _newest_base_poses(mapper: Mapper) -> Trajectory:
+    """T_map_base of the camera's newest SCALE_POSES poses, oldest first."""
+    out = Trajectory()
+    for entry, conversion in mapper.path_poses(SCALE_POSES):
+        out.append(entry.stamp_ns, entry.pose if conversion is None else conversion.base_pose(entry.pose))
+    return out
