@@ -50,6 +50,15 @@ def test_remapping_image_alone_moves_compressed_and_camera_info(make_node):
     assert raw.camera_info == compressed.camera_info == "/cam/camera_info"
 
 
+def test_a_rig_cameras_inputs_are_under_its_name_and_move_with_its_image_remap(make_node):
+    node = make_node("~/rear/image:=/cams/rear/image_raw")
+    front = input_topics(node, "compressed", True, "front")
+    assert (front.image, front.camera_info) == ("/map_node/front/image/compressed", "/map_node/front/camera_info")
+    rear = input_topics(node, "compressed", True, "rear")
+    assert (rear.image, rear.camera_info) == ("/cams/rear/image_raw/compressed", "/cams/rear/camera_info")
+    assert input_topics(node, "raw", False).image == "/map_node/image"   # the single camera's, unchanged
+
+
 def test_a_relative_remap_resolves_in_the_nodes_namespace(make_node):
     raw, compressed = both(make_node("~/image:=camera/image_raw", namespace="robot1"))
     assert raw.image == "/robot1/camera/image_raw"

@@ -61,3 +61,28 @@ def test_waiting_for_a_node_without_the_generated_interfaces_says_what_to_build(
     env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": "OFF"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "run scripts/setup.sh" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--camera", "front/left"], "--camera front/left: camera name 'front/left' must start with a letter"),
+    (["--camera", "a", "--camera", "a"], "each camera once; repeated: a"),
+    (["--camera", "a:="], "expects NAME or NAME:=TOPIC"),
+    (["--camera", "a", "--camera", "b"], "several --camera for one bag: give each its image topic"),
+    (["--camera", "a:=/nothing"], "--camera a:=/nothing: no image topic of that name in bag 1 "
+                                  "(its image topics: /camera/image_raw/compressed)"),
+    (["--camera", "a:=/camera/image_raw/compressed", "--camera", "b:=/camera/image_raw/compressed"],
+     "--camera b: /camera/image_raw/compressed is already --camera a's"),
+    (["--camera", "a", "--remap", "/camera/image_raw/compressed:=/x"], "that topic is --camera a's"),
+])
+def test_camera_options_that_cannot_work_are_refused(shared_dir, args, message):
+    bag = need_path(shared_dir / "data" / "courthouse_bag")
+    done = run_replay(str(bag), *args)
+    assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+
+
+def test_several_bags_need_one_camera_each_and_every_one_a_bag(shared_dir, tmp_path):
+    bag = need_path(shared_dir / "data" / "courthouse_bag")
+    done = run_replay(str(bag), str(bag), "--camera", "a")
+    assert done.returncode == 2 and "2 bags and 1 --camera" in done.stderr, done.stderr
+    done = run_replay(str(bag), str(tmp_path), "--camera", "a", "--camera", "b")
+    assert done.returncode == 2 and f"{tmp_path} is not a rosbag2" in done.stderr, done.stderr

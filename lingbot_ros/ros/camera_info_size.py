@@ -22,9 +22,8 @@ from lingbot_ros.ros.qos import input_qos
 def found_image_size(node, cfg) -> FoundSize:
     """Wait up to ``cfg.warmup_camera_info_wait_s`` for a camera_info on the topic beside the
     node's image topic (remaps applied; a rig's: the primary camera's) and read its images' size."""
-    primary = cfg.primary_camera or (cfg.cameras[0] if cfg.cameras else "")
-    image = topics.camera_topic(primary, "image") if primary else topics.IMAGE_TOPIC
-    topic = topics.camera_info_topic(node.resolve_topic_name(image))
+    primary = cfg.primary_camera or (cfg.cameras[0] if cfg.cameras else None)
+    topic = topics.camera_info_topic(node.resolve_topic_name(topics.image_topic(primary)))
     where = f"camera_info on {topic}"
     wait_s = cfg.warmup_camera_info_wait_s
     if not wait_s:

@@ -24,14 +24,14 @@ BAD_INPUT_LOG_PERIOD_S = 5.0
 
 
 class Inputs:
-    def __init__(self, node, cfg, counters, deliver, group, image_topic: str = topics.IMAGE_TOPIC):
+    def __init__(self, node, cfg, counters, deliver, group, camera: str | None = None):
         """Subscribe now (activate); ``destroy`` undoes it (deactivate). ``deliver(frame)`` hands a
-        decoded frame on and returns how many frames that dropped; ``image_topic``: a rig camera's
-        (its camera_info derives from it)."""
+        decoded frame on and returns how many frames that dropped; ``camera``: a rig's camera (its
+        ~/<camera>/image and the topics derived from it), None: the one camera."""
         self.node, self.cfg, self.counters, self.deliver = node, cfg, counters, deliver
         self.camera_info_k = ""
         self._gaps = ReceivedGaps()
-        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info, image_topic)
+        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info, camera)
         self.image_topic = names.image
         qos = KEEP_ALL_RELIABLE if cfg.process_all_frames else input_qos(
             "sensor_data" if cfg.image_qos == "auto" else cfg.image_qos, cfg.image_qos_depth)

@@ -20,6 +20,7 @@ the boundary first (ros/input_checks.py, ros/params.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import time
@@ -32,11 +33,12 @@ from rclpy.lifecycle import State, TransitionCallbackReturn
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
-from lingbot_ros.mapping.settings import SettingsError
+from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.warmup_size import AUTO, warmup_size
-from lingbot_ros.ros import camera_info_size, messages, params, services, topics
+from lingbot_ros.ros import camera_info_size, messages, params, services
 from lingbot_ros.mapping.rig.cameras import check_rig_settings
 from lingbot_ros.mapping.rig.rig_mapper import RigMapper
+from lingbot_ros.ros.cameras import expected_types, wrong_types
 from lingbot_ros.ros.diagnostics import Counters, Fanout
 from lingbot_ros.ros.group_inbox import GroupInbox
 from lingbot_ros.ros.health import Facts, Health, Limits
@@ -114,7 +116,7 @@ class MapNode(LifecycleNode):
         try:
             settings, self.cfg = params.read(self, self.refused_parameters)
             if self.cfg.cameras:
-                check_rig_settings(settings)
+                settings = self._rig_settings(settings)
         except SettingsError as error:
             self.configure_error = f"configure failed, fix the parameters: {error}"
             self.get_logger().error(self.configure_error)
@@ -159,6 +161,21 @@ class MapNode(LifecycleNode):
         self.configure_error = ""
         self.publish_status()
         return TransitionCallbackReturn.SUCCESS
+
+    def _rig_settings(self, settings: MapperSettings) -> MapperSettings:
+        """A rig's settings, or SettingsError saying what to change: its cameras' topics carry
+        images (ros/cameras.py), and no map database yet (mapping/rig/cameras.py): the default
+        one is turned off with a warning, one the user set is refused."""
+        errors = wrong_types(self.get_topic_names_and_types(),
+                             expected_types(self, self.cfg.cameras, self.cfg.image_transport))
+        if errors:
+            raise SettingsError("; ".join(errors))
+        if settings.map_database and settings.map_database == MapperSettings().map_database:
+            self.get_logger().warning("cameras: a camera rig has no map database yet, so map_database (the "
+                                      "default) is off; ~/save_map saves the rig's one map")
+            settings = dataclasses.replace(settings, map_database="")
+        check_rig_settings(settings)
+        return settings
 
     def _warm_up(self, settings) -> None:
         """The warm-up on the images' size where it is known (mapping/warmup_size.py's rule)."""
@@ -268,8 +285,7 @@ class MapNode(LifecycleNode):
         for camera in self.cfg.cameras:
             self.camera_inputs[camera] = Inputs(
                 self, self.cfg, Fanout(self.counters, self.camera_counters[camera]),
-                lambda frame, camera=camera: len(inbox.put(camera, frame)), self._image_group,
-                topics.camera_topic(camera, "image"))
+                lambda frame, camera=camera: len(inbox.put(camera, frame)), self._image_group, camera)
 
 
     # -- worker side --------------------------------------------------------------------------

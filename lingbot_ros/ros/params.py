@@ -14,7 +14,6 @@ import sys
 
 from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
 from lingbot_ros.mapping.placement.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
-from lingbot_ros.mapping.rig.cameras import check_cameras
 from lingbot_ros.mapping.rig.grouping import MAX_CAMERAS, GroupingSettings
 from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
                                           field_errors, integer_for_float, setting)
@@ -219,7 +218,7 @@ class NodeSettings:
         return errors
 
     def rig_errors(self) -> list[str]:
-        """The cameras and the primary camera, by the rig's own rule (mapping/rig/cameras.py)."""
+        """The cameras and the primary camera (ros/cameras.py, on the rig's own rule)."""
         if not isinstance(self.cameras, tuple) or not isinstance(self.primary_camera, str):
             return []   # field_errors said so
         if not self.cameras:
@@ -228,11 +227,9 @@ class NodeSettings:
         if self.camera_frame:
             return [f"'camera_frame' ({self.camera_frame!r}) would be every camera's depth frame: with cameras it "
                     "must be '' (each camera's depth is in its own image's frame_id)"]
-        try:
-            check_cameras(self.cameras, self.primary_camera)
-        except SettingsError as error:
-            return [str(error).removeprefix("invalid settings: ")]
-        return []
+        from lingbot_ros.ros.cameras import cameras_errors   # here: it imports topics, which imports this
+
+        return cameras_errors(self.cameras, self.primary_camera)
 
     def grouping(self) -> GroupingSettings:
         """How the rig's frames are grouped (cameras set)."""

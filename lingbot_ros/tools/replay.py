@@ -1,9 +1,11 @@
-"""lingbot-ros-replay: publish a rosbag2 (mcap or sqlite3) with its original timing, without ROS.
+"""lingbot-ros-replay: publish rosbag2s (mcap or sqlite3) with their original timing, without ROS.
 
   lingbot-ros-replay BAG [--rate 2] [--loop] [--start 5] [--duration 10] \
       [--remap /camera/image_raw/compressed:=/map_node/image/compressed] [--clock] \
       [--qos-override /tf_static:=latched] [--hold 30] [--wait-for-node /map_node --max-lead 10] \
       [--wait-for-subscribers 30 --subscriber /map_node]
+  lingbot-ros-replay BAG_A BAG_B --camera front --camera rear [--node /map_node]   # a camera rig
+  lingbot-ros-replay BAG --camera front:=/front/image_raw --camera rear:=/rear/image_raw
 
 Messages are published as the bag's raw CDR bytes (no deserialisation), each at
 ``wall_start + (t - t_first) / rate``, t being the bag's receive time. With --clock, /clock
@@ -15,15 +17,19 @@ Each topic is offered the QoS it was recorded with (see replay_qos.py), else --q
 while the player runs: --hold keeps it alive after the last message. --wait-for-node holds the
 images back while the node has more than --max-lead of them unaccounted for (replay_pacing.py);
 the playback clock pauses meanwhile.
+
+Several bags play as one, merged in receive-time order; --camera gives each camera of a rig node
+(``cameras:=[front, rear]``) its image topic, published as ``<node>/<name>/image[/compressed]``
+(replay_inputs.py).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import sys
 import time
-from pathlib import Path
 
 import rclpy
 from rclpy.duration import Duration
@@ -35,6 +41,7 @@ from rosgraph_msgs.msg import Clock
 
 from lingbot_ros.process import interrupts
 from lingbot_ros.ros.spinning import BackgroundSpin
+from lingbot_ros.tools.replay_inputs import apart, bag_folder, choose_tracks, merged_messages, parse_cameras
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
 from lingbot_ros.tools.replay_progress import PlaybackProgress
 from lingbot_ros.tools.replay_qos import PRESETS, describe, parse_overrides, preset, recorded_profile
@@ -62,14 +69,23 @@ def parse_remaps(items: list[str]) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lingbot-ros-replay", description=__doc__.split("\n")[0])
-    parser.add_argument("bag", help="rosbag2 directory (or its .mcap / .db3 file)")
+    parser.add_argument("bag", nargs="+", help="rosbag2 directory (or its .mcap / .db3 file); several play "
+                                               "together, merged in receive-time order")
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1)")
     parser.add_argument("--loop", action="store_true", help="start again at the end")
     parser.add_argument("--start", type=float, default=0.0, help="skip the first S seconds")
     parser.add_argument("--duration", type=float, default=None, help="play only S seconds")
-    parser.add_argument("--topics", nargs="*", default=None, help="only these topics (default: all)")
+    parser.add_argument("--topics", nargs="*", default=None, help="only these topics (default: all), besides --camera's")
     parser.add_argument("--remap", action="append", default=[], metavar="OLD:=NEW",
                         help="publish topic OLD as NEW (repeatable)")
+    parser.add_argument("--camera", action="append", default=[], metavar="NAME[:=TOPIC]",
+                        help="publish an image topic for camera NAME of a rig node (cameras:=[NAME, ...]) as "
+                             "<node>/NAME/image (/compressed for a compressed topic): with several bags the "
+                             "i-th --camera takes the i-th bag's image topic (TOPIC names it where the bag has "
+                             "several); with one bag each names its TOPIC (repeatable)")
+    parser.add_argument("--node", default=None,
+                        help="the rig node whose ~/NAME/image topics --camera publishes to (default: "
+                             "--wait-for-node's node, else /map_node)")
     parser.add_argument("--clock", action="store_true", help="publish /clock with the bag time")
     parser.add_argument("--qos", choices=PRESETS, default="reliable",
                         help="QoS of topics the bag recorded no QoS for (default reliable: matches "
@@ -134,15 +150,15 @@ def _main(argv) -> int:
     try:
         remaps = parse_remaps(args.remap)
         overrides = parse_overrides(args.qos_override)
+        cameras = parse_cameras(args.camera)
     except ValueError as error:
         print(f"lingbot-ros-replay: {error}", file=sys.stderr)
         return 2
-    bag = Path(args.bag)
-    if bag.is_file():
-        bag = bag.parent
-    if not (bag / "metadata.yaml").exists():
-        print(f"lingbot-ros-replay: {args.bag} is not a rosbag2 (no metadata.yaml)", file=sys.stderr)
-        return 2
+    bags = [bag_folder(arg) for arg in args.bag]
+    for arg, bag in zip(args.bag, bags):
+        if bag is None:
+            print(f"lingbot-ros-replay: {arg} is not a rosbag2 (no metadata.yaml)", file=sys.stderr)
+            return 2
 
     status_type = None
     if args.wait_for_node:
@@ -161,17 +177,24 @@ def _main(argv) -> int:
     # Spins only the --wait-for-node status subscription; publishing stays on this thread.
     spinner = BackgroundSpin(executor, node.get_logger())
     try:
-        with Reader(bag) as reader:
-            connections = [c for c in reader.connections
-                           if args.topics is None or c.topic in args.topics]
-            if not connections:
-                print(f"lingbot-ros-replay: no matching topics in {bag}", file=sys.stderr)
+        with contextlib.ExitStack() as stack:
+            readers = [stack.enter_context(Reader(bag)) for bag in bags]
+            try:
+                tracks = choose_tracks([reader.connections for reader in readers], cameras, remaps, args.topics,
+                                       args.node or args.wait_for_node or "/map_node")
+            except ValueError as error:
+                print(f"lingbot-ros-replay: {error}", file=sys.stderr)
                 return 2
-            publishers, clock_pub = _create_publishers(node, connections, remaps, overrides, args)
+            if not tracks:
+                print(f"lingbot-ros-replay: no matching topics in {', '.join(map(str, bags))}", file=sys.stderr)
+                return 2
+            warning = apart(readers, [str(bag) for bag in bags])
+            if warning:
+                print(f"lingbot-ros-replay: warning: {warning}", file=sys.stderr, flush=True)
+            publishers, clock_pub = _create_publishers(node, tracks, overrides, args, several=len(bags) > 1)
             pacer, paced_ids = None, frozenset()
             if status_type is not None:
-                images = {c.id: remaps.get(c.topic, c.topic) for c in connections
-                          if c.msgtype in IMAGE_TYPES}
+                images = {t.key: t.topic for t in tracks if t.connection.msgtype in IMAGE_TYPES}
                 if not images:
                     print("lingbot-ros-replay: --wait-for-node: none of the selected topics is "
                           "an image topic", file=sys.stderr)
@@ -191,12 +214,13 @@ def _main(argv) -> int:
                     what = "not every --subscriber is there" if args.subscriber else "no subscriber on every topic"
                     print(f"lingbot-ros-replay: warning: {what} after {args.wait_for_subscribers:g} s "
                           f"({', '.join(missing)}); publishing anyway", file=sys.stderr, flush=True)
-            t0 = reader.start_time + round(args.start * 1e9)
+            t0 = min(reader.start_time for reader in readers) + round(args.start * 1e9)
+            t_last = max(reader.end_time for reader in readers)
             t_end = t0 + round(args.duration * 1e9) if args.duration is not None else None
             count = 0
             while True:
-                progress = PlaybackProgress(t0, min(t_end or reader.end_time, reader.end_time), enabled=not args.quiet)
-                played = _play_once(reader, connections, publishers, clock_pub, t0, t_end, args,
+                progress = PlaybackProgress(t0, min(t_end or t_last, t_last), enabled=not args.quiet)
+                played = _play_once(readers, tracks, publishers, clock_pub, t0, t_end, args,
                                     pacer, paced_ids, progress)
                 progress.close()
                 count += played
@@ -232,15 +256,17 @@ def _main(argv) -> int:
     return 0
 
 
-def _create_publishers(node, connections, remaps, overrides, args):
-    """One publisher per connection, each with the QoS of ``_choose_qos``; and /clock's."""
+def _create_publishers(node, tracks, overrides, args, several: bool):
+    """One publisher per track (keyed by ``Track.key``), each with the QoS of ``_choose_qos``;
+    and /clock's. ``several``: bags, each line names its bag."""
     publishers = {}
-    for connection in connections:
-        topic = remaps.get(connection.topic, connection.topic)
-        qos, source = _choose_qos(connection, overrides, args)
+    for track in tracks:
+        qos, source = _choose_qos(track.connection, overrides, args)
         if not args.quiet:
-            print(f"lingbot-ros-replay: {topic}: {describe(qos)} ({source})", flush=True)
-        publishers[connection.id] = node.create_publisher(message_class(connection.msgtype), topic, qos)
+            origin = (f" (bag {track.bag + 1}: {track.connection.topic})" if several else
+                      f" ({track.connection.topic})" if track.camera else "")
+            print(f"lingbot-ros-replay: {track.topic}: {describe(qos)} ({source}){origin}", flush=True)
+        publishers[track.key] = node.create_publisher(message_class(track.connection.msgtype), track.topic, qos)
     clock_pub = node.create_publisher(Clock, "/clock", 10) if args.clock else None
     return publishers, clock_pub
 
@@ -283,11 +309,10 @@ def _publish_clock(clock_pub, bag_ns: int) -> None:
     clock_pub.publish(msg)
 
 
-def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args, pacer, paced_ids, progress) -> int:
+def _play_once(readers, tracks, publishers, clock_pub, t0, t_end, args, pacer, paced_ids, progress) -> int:
     wall0 = time.monotonic()
     count = 0
-    for connection, timestamp, rawdata in reader.messages(connections=connections, start=t0,
-                                                          stop=t_end):
+    for track, timestamp, rawdata in merged_messages(readers, tracks, t0, t_end):
         due = wall0 + (timestamp - t0) / 1e9 / args.rate
         while True:
             remaining = due - time.monotonic()
@@ -297,14 +322,14 @@ def _play_once(reader, connections, publishers, clock_pub, t0, t_end, args, pace
                 now_bag = t0 + int((time.monotonic() - wall0) * args.rate * 1e9)
                 _publish_clock(clock_pub, min(now_bag, timestamp))
             time.sleep(min(remaining, CLOCK_PERIOD_S) if clock_pub else remaining)
-        paced = connection.id in paced_ids
+        paced = track.key in paced_ids
         if paced:
             # The playback clock stands still while the node catches up: the rest of the
             # schedule moves by the wait, so /clock resumes where it stopped.
             wall0 += pacer.before_image()
         if clock_pub is not None:
             _publish_clock(clock_pub, timestamp)
-        publishers[connection.id].publish(bytes(rawdata))
+        publishers[track.key].publish(bytes(rawdata))
         if paced:
             pacer.image_published()
         progress.published(timestamp)

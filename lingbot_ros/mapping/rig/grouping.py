@@ -69,7 +69,8 @@ def camera_name_error(name) -> str | None:
     return None
 
 
-def _cameras(value) -> str | None:
+def cameras_error(value) -> str | None:
+    """Why ``value`` cannot be the rig's camera names (without the setting's name), or None."""
     if not value:
         return "must name at least one camera"
     if len(value) > MAX_CAMERAS:
@@ -91,7 +92,7 @@ class GroupingSettings:
 
     cameras: tuple = setting((), f"the rig's camera names, in order (1 to {MAX_CAMERAS}; letters, digits and "
                                  "single underscores, starting with a letter: each becomes the topic "
-                                 "~/<name>/image)", check=_cameras)
+                                 "~/<name>/image)", check=cameras_error)
     camera_sync_tolerance_s: float = setting(0.05, "frames of different cameras stamped at most this far apart "
                                                    "run in one batched step (at most "
                                                    f"{MAX_SYNC_TOLERANCE_S:g} s)", minimum=0,
