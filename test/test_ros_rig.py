@@ -10,7 +10,9 @@ from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
 need_module("rclpy", module_level=True)
 from helpers import SaveMap, TIMEOUT, courthouse_jpegs, interrupt_and_check_exit, jpeg_message  # noqa: E402
 
+from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from lifecycle_msgs.msg import Transition  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 
@@ -95,7 +97,7 @@ def test_two_cameras_one_map_one_tf_owner(ros, tiny, shared_dir, tmp_path):
     saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "rig")))
     assert saved.success, saved.message
     assert sorted(p.name for p in (tmp_path / "rig").iterdir()) == [
-        "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum"]
+        "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum", "windows_back.csv", "windows_front.csv"]
     xyz, _ = read_ply(saved.ply_path)
     assert len(xyz) == saved.num_points > 0
     assert saved.tum_path.endswith("trajectory_front.tum") and saved.num_poses == count
@@ -113,15 +115,18 @@ def test_two_cameras_one_map_one_tf_owner(ros, tiny, shared_dir, tmp_path):
 
 
 @pytest.mark.parametrize("cameras, reason", [
-    ("[front,front]", "must name each camera once; repeated: ['front']"),
+    ("[front,front]", "'cameras' must name each camera once; repeated: ['front']"),
     ("[front,'bad/name']", "camera name 'bad/name' must start with a letter"),
+    ("[front,depth]", "'cameras': 'depth' is a name of the node's own (~/depth...)"),
+    ("[front,back,side]", "'primary_camera' ('rear') must be one of cameras ['front', 'back', 'side']"),
 ])
 def test_hostile_cameras_refused_at_configure(ros, tiny, cameras, reason):
     fixture, _ = tiny
-    node = ros.start_node(fixture, f"cameras:={cameras}")
-    ros.wait(lambda: reason in ros.output(node), "the refusal in the log")
-    assert "configure failed, fix the parameters" in ros.output(node)
+    primary = ["primary_camera:=rear"] if "primary_camera" in reason else []
+    node = ros.start_node(fixture, f"cameras:={cameras}", *primary, autostart=False)
+    ros.transition(Transition.TRANSITION_CONFIGURE, "unconfigured", succeeds=False)
+    assert f"configure failed, fix the parameters: invalid parameters: {reason}" in ros.output(node)
     ros.wait(lambda: ros.diagnostics and reason in ros.diagnostics[-1].status[0].message,
              "the refusal in /diagnostics")
-    assert ros.state() == "unconfigured"
+    assert ros.diagnostics[-1].status[0].level == DiagnosticStatus.ERROR
     interrupt_and_check_exit(ros, node)
