@@ -1,14 +1,13 @@
 """map_node with a camera rig (parameter cameras, issue 29) over real DDS: two cameras fed with two
 real sequences, each camera's poses on its own topic, the primary's alone on ~/pose and TF, one
 saved map; a silent camera does not stop the other; hostile cameras refused at configure."""
-import time
 
 import pytest
 
 from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
 
 need_module("rclpy", module_level=True)
-from helpers import SaveMap, TIMEOUT, courthouse_jpegs, interrupt_and_check_exit, jpeg_message  # noqa: E402
+from helpers import SaveMap, courthouse_jpegs, interrupt_and_check_exit, jpeg_message  # noqa: E402
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402

@@ -10,20 +10,19 @@ publisher, as FrameInbox) instead of refusing the frame; the other cameras go on
 from __future__ import annotations
 
 import collections
-import threading
 import time
 
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.rig.grouping import FrameGrouper, GroupingSettings, Refusal
+from lingbot_ros.ros.worker import Inbox
 
 
-class GroupInbox:
+class GroupInbox(Inbox):
     def __init__(self, settings: GroupingSettings):
+        super().__init__()
         self.settings = settings
         self._grouper = FrameGrouper(settings)
         self._groups: collections.deque = collections.deque()   # released, not taken by the worker yet
-        self._cond = threading.Condition()
-        self._closed = False
 
     def put(self, camera: str, frame: InputFrame) -> list[Refusal]:
         """Queue ``camera``'s frame; the frames it dropped (a superseded one). A closed inbox
@@ -60,17 +59,3 @@ class GroupInbox:
             self._groups.clear()
             self._cond.notify_all()
             return count
-
-    def close(self) -> None:
-        """Wake and release any callback blocked in put (deactivate, shutdown)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def status(self):
-        with self._cond:
-            return self._grouper.status()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return sum(self._grouper.pending().values()) + sum(len(group) for group in self._groups)

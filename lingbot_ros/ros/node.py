@@ -33,11 +33,11 @@ from rclpy.lifecycle import State, TransitionCallbackReturn
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
+from lingbot_ros.mapping.rig.cameras import check_rig_settings
+from lingbot_ros.mapping.rig.rig_mapper import RigMapper
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.warmup_size import AUTO, warmup_size
 from lingbot_ros.ros import camera_info_size, messages, params, services
-from lingbot_ros.mapping.rig.cameras import check_rig_settings
-from lingbot_ros.mapping.rig.rig_mapper import RigMapper
 from lingbot_ros.ros.cameras import expected_types, wrong_types
 from lingbot_ros.ros.diagnostics import Counters, Fanout
 from lingbot_ros.ros.group_inbox import GroupInbox
@@ -46,10 +46,10 @@ from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.output_thread import OutputThread, to_host
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
-from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.rig import CameraOutputs, RigFront, camera_lines, camera_summary, labelled
 from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.safety import SafetyNet
+from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.worker import FrameInbox, Worker
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
