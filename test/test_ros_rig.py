@@ -1,6 +1,7 @@
 """map_node with a camera rig (parameter cameras, issue 29) over real DDS: two cameras fed with two
 real sequences, each camera's poses on its own topic, the primary's alone on ~/pose and TF, one
 saved map; a silent camera does not stop the other; hostile cameras refused at configure."""
+import time
 
 import pytest
 
@@ -102,14 +103,24 @@ def test_two_cameras_one_map_one_tf_owner(ros, tiny, shared_dir, tmp_path):
     assert saved.tum_path.endswith("trajectory_front.tum") and saved.num_poses == count
     assert len(read_tum(str(tmp_path / "rig" / "trajectory_back.tum"))) == count
 
-    # The back camera goes silent: the front one keeps mapping (each frame waits at most
-    # camera_sync_wait_s for the back's), and /diagnostics names the silent camera.
-    for msg in frames(courthouse_jpegs(shared_dir, count + 4)[count:], 100.0 + 0.1 * count, "front_optical"):
+    # The back camera sends garbage, then goes silent: the front one keeps mapping (each frame
+    # waits at most camera_sync_wait_s for the back's), and /diagnostics names the camera.
+    back.publish(CompressedImage(format="jpeg", data=b"\xff\xd8 not a jpeg"))
+    more = 25   # 2.5 s at 10 Hz: past stale_after_s (1 s) for the back camera
+    for msg in frames(courthouse_jpegs(shared_dir, count + more)[count:], 100.0 + 0.1 * count, "front_optical"):
         front.publish(msg)
-    status = ros.wait(lambda: ros.settled_with(2 * count + 4), "4 more front frames without the back camera")
-    assert len(ros.poses) == count + 4 and len(poses["back"]) == count
-    ros.wait(lambda: "camera back: no image on /map_node/back/image/compressed for" in diagnostics_text(ros),
-             "the silent camera named in /diagnostics")
+        time.sleep(0.1)
+    status = ros.wait(lambda: ros.settled_with(2 * count + more), f"{more} more front frames without the back camera",
+                      timeout=120)
+    assert status.frames_rejected == 1 and status.frames_failed == 0 and status.restarts == 0
+    assert len(ros.poses) == count + more and len(poses["back"]) == count
+    ros.wait(lambda: f"back: {count + 1} received, {count} processed, 0 dropped, 1 rejected" in diagnostics_text(ros)
+             and f"front (primary): {count + more} received, {count + more} processed, 0 dropped, 0 rejected"
+             in diagnostics_text(ros), "each camera's counts in /diagnostics")
+    silent = "camera back: no image on /map_node/back/image/compressed for"
+    assert any(silent in status.message for array in ros.diagnostics for status in array.status), \
+        "the silent camera named in /diagnostics while the front one sent"
+    assert "camera back: image skipped: image: zero stamp" in ros.output(node)
     interrupt_and_check_exit(ros, node)
 
 

@@ -29,6 +29,7 @@ class Inputs:
         decoded frame on and returns how many frames that dropped; ``camera``: a rig's camera (its
         ~/<camera>/image and the topics derived from it), None: the one camera."""
         self.node, self.cfg, self.counters, self.deliver = node, cfg, counters, deliver
+        self._whose = f"camera {camera}: " if camera else ""   # a rig camera's refusals name it
         self.camera_info_k = ""
         self._gaps = ReceivedGaps()
         names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info, camera)
@@ -84,5 +85,6 @@ class Inputs:
             self._bad_input("camera_info_rejected", f"{self._subscriptions[1].topic_name}: {error} (skipped)")
 
     def _bad_input(self, counter: str, text: str) -> None:
+        text = self._whose + text
         self.counters.refused(counter, text)
         self.node.get_logger().warning(text, throttle_duration_sec=BAD_INPUT_LOG_PERIOD_S)
