@@ -8,17 +8,18 @@ import pytest
 from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
 
 need_module("rclpy", module_level=True)
-from helpers import SaveMap, courthouse_jpegs, interrupt_and_check_exit, jpeg_message  # noqa: E402
+from helpers import OPTICAL, SaveMap, courthouse_jpegs, interrupt_and_check_exit, jpeg_message, rigid  # noqa: E402
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
 
 from lingbot_ros.mapping.files.export import read_ply, read_tum  # noqa: E402
-from lingbot_ros.ros.messages import stamp_ns, tf_message_type  # noqa: E402
-from lingbot_ros.ros.qos import TF_QOS  # noqa: E402
+from lingbot_ros.ros.messages import stamp_msg, stamp_ns, tf_message_type, transform_stamped  # noqa: E402
+from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -140,4 +141,58 @@ def test_hostile_cameras_refused_at_configure(ros, tiny, cameras, reason):
     ros.wait(lambda: ros.diagnostics and reason in ros.diagnostics[-1].status[0].message,
              "the refusal in /diagnostics")
     assert ros.diagnostics[-1].status[0].level == DiagnosticStatus.ERROR
+    interrupt_and_check_exit(ros, node)
+
+
+def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_path):
+    """Each camera's mount from /tf_static (base_link -> its image's frame_id); a warm-up of the
+    batched step; reset of every camera, rollback of the primary, new_window refused; a
+    deactivate / activate cycle resumes; cleanup releases the rig."""
+    fixture, _ = tiny
+    static = ros.node.create_publisher(tf_message_type(), "/tf_static", TF_STATIC_QOS)
+    mounts = {"front_optical": rigid(OPTICAL, [0.2, 0.0, 0.5]), "back_optical": rigid(OPTICAL, [-0.2, 0.0, 0.5])}
+    static.publish(tf_message_type()(transforms=[
+        transform_stamped(pose, stamp_msg(1), "base_link", child) for child, pose in mounts.items()]))
+    node = ros.start_node(fixture, *RIG, "primary_camera:=back", "warmup:=true", "warmup_image_size:=518x294",
+                          autostart=False)
+    ros.transition(Transition.TRANSITION_CONFIGURE, "inactive")
+    ros.transition(Transition.TRANSITION_ACTIVATE, "active")
+    assert "warm-up done" in ros.output(node)
+    front = publisher(ros, "/map_node/front/image/compressed")
+    back = publisher(ros, "/map_node/back/image/compressed")
+    jpegs = courthouse_jpegs(shared_dir, 12)   # 5 groups (past the 3 of phase 1), one more after the resume
+    for front_msg, back_msg in zip(frames(jpegs[:5], 100.0, "front_optical"), frames(jpegs[6:11], 100.0, "back_optical")):
+        front.publish(front_msg)
+        back.publish(back_msg)
+    before = ros.wait(lambda: ros.settled_with(10), "5 groups of 2 frames").frames_processed
+    for camera, child in (("front", "front_optical"), ("back", "back_optical")):
+        ros.wait(lambda camera=camera, child=child: f"mount TF base_link -> {child}" in diagnostics_text(ros),
+                 f"{camera}'s mount from TF in /diagnostics")
+        assert f"camera {camera}: camera mount from TF: base_link -> {child}" in ros.output(node)
+
+    rollback = ros.call(Trigger, "/map_node/rollback_last_frame", Trigger.Request())
+    assert rollback.success and rollback.message.startswith("camera back: "), rollback.message
+    refused = ros.call(Trigger, "/map_node/new_window", Trigger.Request())
+    assert not refused.success and "not available with cameras" in refused.message
+    flushed = ros.call(Trigger, "/map_node/flush_deferred_evictions", Trigger.Request())
+    assert flushed.success and "front: " in flushed.message and "back: " in flushed.message
+
+    # Paused and resumed: the rig keeps its streams.
+    ros.transition(Transition.TRANSITION_DEACTIVATE, "inactive")
+    ros.transition(Transition.TRANSITION_ACTIVATE, "active")
+    front = publisher(ros, "/map_node/front/image/compressed")
+    back = publisher(ros, "/map_node/back/image/compressed")
+    front.publish(frames(jpegs[5:6], 100.5, "front_optical")[0])
+    back.publish(frames(jpegs[11:12], 100.5, "back_optical")[0])
+    status = ros.wait(lambda: ros.settled_with(before + 2), "a group after the resume")
+    assert status.restarts == 0, status.state_text
+
+    reset = ros.call(Trigger, "/map_node/reset", Trigger.Request())
+    assert reset.success, reset.message
+    status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].restarts == 2 else None,
+                      "both cameras restarted by the reset")
+    assert status.keyframes == 0
+    ros.transition(Transition.TRANSITION_DEACTIVATE, "inactive")
+    ros.transition(Transition.TRANSITION_CLEANUP, "unconfigured")
+    ros.wait(lambda: ros.diagnostic("worker_threads") == "0", "the worker gone after cleanup")
     interrupt_and_check_exit(ros, node)
