@@ -196,3 +196,25 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
     ros.transition(Transition.TRANSITION_CLEANUP, "unconfigured")
     ros.wait(lambda: ros.diagnostic("worker_threads") == "0", "the worker gone after cleanup")
     interrupt_and_check_exit(ros, node)
+
+
+def test_two_bags_replayed_into_a_rig_save_one_map(ros, tiny, shared_dir, tmp_path):
+    """The issue's proof run: lingbot-ros-replay plays two real bags as the rig's two cameras;
+    every frame of both is processed, and ~/save_map writes one map with both trajectories."""
+    fixture, courthouse = tiny
+    loop = shared_dir / "data" / "loop_bag"
+    assert loop.is_dir(), loop
+    node = ros.start_node(fixture, *RIG)
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    replay = ros.start("replay", ["-m", "lingbot_ros.tools.replay", str(courthouse), str(loop), "--camera", "front",
+                                  "--camera", "back", "--duration", "1.5", "--rate", "2",
+                                  "--wait-for-subscribers", "20", "--quiet"])
+    assert replay.wait(60) == 0, ros.output(replay)
+    status = ros.wait(lambda: ros.settled_with(30), "15 frames of each bag processed", timeout=120)
+    assert status.frames_received == 30 and status.frames_dropped == 0 and status.frames_failed == 0
+    saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "bags")))
+    assert saved.success, saved.message
+    assert saved.num_poses == 15 and len(read_tum(str(tmp_path / "bags" / "trajectory_back.tum"))) == 15
+    xyz, _ = read_ply(saved.ply_path)
+    assert len(xyz) == saved.num_points > 0
+    interrupt_and_check_exit(ros, node)
