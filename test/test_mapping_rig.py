@@ -410,6 +410,16 @@ def test_a_rig_with_a_map_database_is_refused(fixture_files):
         RigMapper(settings, rig_bundle_of(settings, 2), ["front", "back"])
 
 
+def test_close_after_a_verb_cut_short_joins_every_camera_thread(fixture_files, images, monkeypatch):
+    """A signal in the rig's thread during the batched step (run raises it mid-round, workers
+    parked): close() still ends every camera's verb and thread."""
+    pair = Pair(fixture_files, 2, num_scale_frames=1, scale_frames=1)
+    monkeypatch.setattr(pair.rig._baton, "_step", lambda parked: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        pair.rig.process([RigFrame(camera, pair.frame(images, camera, 0)) for camera in pair.cameras])
+    pair.close()   # asserts that no worker thread outlives it
+
+
 def test_close_joins_every_camera_thread(fixture_files):
     settings = tiny_settings(fixture_files, map_database="")
     before = threading.active_count()

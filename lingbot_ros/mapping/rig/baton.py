@@ -33,6 +33,7 @@ class _Worker:
         self.error: BaseException | None = None
         self.parked: StreamFrame | None = None        # the frame of the step it waits on
         self.answer: list[FrameResult] | BaseException | None = None
+        self.stopped = False
         self.thread = threading.Thread(target=self._loop, name=f"lingbot-rig-{name}", daemon=True)
         self.thread.start()
 
@@ -42,6 +43,7 @@ class _Worker:
             self.resume.acquire()
             job, self.job = self.job, None
             if job is None:
+                self.stopped = True
                 self.baton._back.release()
                 return
             try:
@@ -98,13 +100,18 @@ class Baton:
         return answer
 
     def close(self) -> None:
-        """End every worker thread and join it (between verbs)."""
+        """End every worker thread and join it. Between verbs each is idle; after a verb a signal
+        cut short (``run`` raised it mid-round), a parked one gets an error for its step, ends its
+        verb, then its thread."""
         if self._closed:
             return
         self._closed = True
         for worker in self._workers:
-            worker.job = None
-            self._hand(worker)
+            while not worker.stopped:
+                if worker.parked is not None:
+                    worker.parked, worker.answer = None, RuntimeError("the rig closed during this step")
+                worker.job = None
+                self._hand(worker)
             worker.thread.join()
 
     @property

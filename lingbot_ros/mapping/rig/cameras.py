@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..settings import SettingsError
-from .grouping import GroupingSettings
+from .grouping import cameras_error
 
 
 def check_cameras(cameras: Sequence[str], primary: str | None = None) -> tuple[tuple[str, ...], str]:
@@ -13,7 +13,10 @@ def check_cameras(cameras: Sequence[str], primary: str | None = None) -> tuple[t
     saying what to change."""
     if isinstance(cameras, str) or not isinstance(cameras, (list, tuple)):
         raise SettingsError(f"cameras must be a list of names, got {cameras!r}")
-    cameras = GroupingSettings(cameras=tuple(cameras)).cameras
+    cameras = tuple(cameras)
+    error = cameras_error(cameras)
+    if error:
+        raise SettingsError(f"cameras {error}")
     if primary is None or primary == "":
         return cameras, cameras[0]
     if primary not in cameras:

@@ -13,6 +13,9 @@ separate Mappers fed the same frames. The cameras share one odometry buffer (one
     camera(name) -> Mapper; snapshots; scales (scale.py); map_points(), save(directory) (rig_map.py)
     close()
 
+Threads, as the Mapper's: one owner calls the verbs and the map reads (they run the cameras'
+verbs in the baton's worker threads and wait); ``add_odometry`` and ``snapshots`` from any thread.
+
 The rig's map frame is the robot base at the start (the cameras start together): each camera's
 ``map`` is that frame at its own scale, brought to the primary camera's by its ``RigScale``.
 """
