@@ -298,7 +298,6 @@ class MapNode(LifecycleNode):
                 self, self.cfg, Fanout(self.counters, self.camera_counters[camera]),
                 lambda frame, camera=camera: len(inbox.put(camera, frame)), group, camera)
 
-
     # -- worker side --------------------------------------------------------------------------
 
     def _handle_frame(self, frame: InputFrame) -> None:
@@ -420,9 +419,13 @@ class MapNode(LifecycleNode):
                  if counters.last_received_s is None or now - counters.last_received_s > self.cfg.stale_after_s}
         if len(quiet) == len(self.camera_counters):
             return []
-        return [f"camera {camera}: no image on {self.camera_inputs[camera].image_topic if camera in self.camera_inputs else camera} "
-                + ("yet" if last is None else f"for {now - last:.1f} s") + " (the other cameras go on mapping)"
-                for camera, last in quiet.items()]
+        texts = []
+        for camera, last in quiet.items():
+            inputs = self.camera_inputs.get(camera)
+            topic = inputs.image_topic if inputs is not None else f"~/{camera}/image"
+            quiet_for = "yet" if last is None else f"for {now - last:.1f} s"
+            texts.append(f"camera {camera}: no image on {topic} {quiet_for} (the other cameras go on mapping)")
+        return texts
 
     def lifecycle_text(self) -> str:
         label = self._state_machine.current_state[1]
