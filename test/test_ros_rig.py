@@ -14,7 +14,7 @@ from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
-from sensor_msgs.msg import CompressedImage  # noqa: E402
+from sensor_msgs.msg import CameraInfo, CompressedImage  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from lingbot_ros.mapping.files.export import read_ply, read_tum  # noqa: E402
@@ -155,7 +155,7 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
     static.publish(tf_message_type()(transforms=[
         transform_stamped(pose, stamp_msg(1), "base_link", child) for child, pose in mounts.items()]))
     node = ros.start_node(fixture, *RIG, "primary_camera:=back", "warmup:=true", "warmup_image_size:=518x294",
-                          autostart=False)
+                          "use_camera_info:=true", "camera_info_qos:=reliable", autostart=False)
     ros.transition(Transition.TRANSITION_CONFIGURE, "inactive")
     ros.transition(Transition.TRANSITION_ACTIVATE, "active")
     assert "warm-up done" in ros.output(node)
@@ -167,6 +167,13 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
         front.publish(front_msg)
         back.publish(back_msg)
     before = ros.wait(lambda: ros.settled_with(10), "5 groups of 2 frames").frames_processed
+    # Each camera's camera_info beside its image topic, reported under its name.
+    info = ros.node.create_publisher(CameraInfo, "/map_node/back/camera_info", QoSProfile(
+        depth=5, reliability=ReliabilityPolicy.RELIABLE))
+    ros.wait(info.get_subscription_count, "the node's subscription to the back camera's camera_info")
+    info.publish(CameraInfo(width=518, height=294, k=[400.0, 0, 259, 0, 400.0, 147, 0, 0, 1]))
+    ros.wait(lambda: "400" in (ros.diagnostic("camera_info back") or ""), "the back camera's K in /diagnostics")
+    assert ros.diagnostic("camera_info front") == ""
     for camera, child in (("front", "front_optical"), ("back", "back_optical")):
         ros.wait(lambda camera=camera, child=child: f"mount TF base_link -> {child}" in diagnostics_text(ros),
                  f"{camera}'s mount from TF in /diagnostics")

@@ -492,6 +492,8 @@ class MapNode(LifecycleNode):
             if snapshot.map_database_error:
                 self.get_logger().warning(f"map database: {snapshot.map_database_error}; mapping goes on in memory")
         extra = {"camera_info": inputs.camera_info_k if inputs else ""} if cfg.use_camera_info else {}
+        if cfg.use_camera_info and self.camera_inputs:   # a rig: each camera's
+            extra = {f"camera_info {camera}": inputs.camera_info_k for camera, inputs in self.camera_inputs.items()}
         if bundle is not None:
             extra["model"] = bundle.description + (" (RANDOM WEIGHTS: not a map)" if bundle.random_weights else "")
         robot = self.robot
