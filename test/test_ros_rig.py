@@ -3,6 +3,8 @@ real sequences, each camera's poses on its own topic, the primary's alone on ~/p
 saved map; a silent camera does not stop the other; hostile cameras refused at configure."""
 import time
 
+import cv2
+import numpy as np
 import pytest
 
 from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
@@ -148,7 +150,8 @@ def test_hostile_cameras_refused_at_configure(ros, tiny, cameras, reason):
 def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_path):
     """Each camera's mount from /tf_static (base_link -> its image's frame_id); a warm-up of the
     batched step; reset of every camera, rollback of the primary, new_window refused; a
-    deactivate / activate cycle resumes; cleanup releases the rig."""
+    deactivate / activate cycle resumes; a camera changing its image size restarts alone; cleanup
+    releases the rig."""
     fixture, _ = tiny
     static = ros.node.create_publisher(tf_message_type(), "/tf_static", TF_STATIC_QOS)
     mounts = {"front_optical": rigid(OPTICAL, [0.2, 0.0, 0.5]), "back_optical": rigid(OPTICAL, [-0.2, 0.0, 0.5])}
@@ -196,10 +199,23 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
     status = ros.wait(lambda: ros.settled_with(before + 2), "a group after the resume")
     assert status.restarts == 0, status.state_text
 
+    # The front camera changes its image size: its own stream restarts (the Mapper's rule), the
+    # primary (back) maps on.
+    small = cv2.imencode(".jpg", cv2.resize(cv2.imdecode(np.frombuffer(jpegs[0], np.uint8), cv2.IMREAD_COLOR),
+                                            (259, 147)))[1].tobytes()
+    front.publish(frames([small], 100.6, "front_optical")[0])
+    back.publish(frames(jpegs[:1], 100.6, "back_optical")[0])
+    status = ros.wait(lambda: ros.settled() if ros.settled() and ros.settled().frames_received == before + 4 else None,
+                      "the group with the resized front frame")
+    assert (status.frames_processed, status.init_frames, status.restarts, status.frames_failed) == (before + 3, 1, 1, 0)
+    assert "front initialising" in status.state_text and "back (primary) tracking" in status.state_text
+    assert "camera front: stream restarted (map continues from the last pose): image size changed" in ros.output(node)
+
     reset = ros.call(Trigger, "/map_node/reset", Trigger.Request())
     assert reset.success, reset.message
-    status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].restarts == 2 else None,
+    status = ros.wait(lambda: ros.statuses[-1] if ros.statuses[-1].restarts == 1 + 2 else None,
                       "both cameras restarted by the reset")
+    assert "front restarted" in status.state_text and "back (primary) restarted" in status.state_text
     assert status.keyframes == 0
     ros.transition(Transition.TRANSITION_DEACTIVATE, "inactive")
     ros.transition(Transition.TRANSITION_CLEANUP, "unconfigured")
