@@ -17,6 +17,7 @@ from geometry_msgs.msg import PoseStamped  # noqa: E402
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CameraInfo, CompressedImage  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from lingbot_ros.mapping.files.export import read_ply, read_tum  # noqa: E402
@@ -242,4 +243,18 @@ def test_two_bags_replayed_into_a_rig_save_one_map(ros, tiny, shared_dir, tmp_pa
     assert saved.num_poses == 15 and len(read_tum(str(tmp_path / "bags" / "trajectory_back.tum"))) == 15
     xyz, _ = read_ply(saved.ply_path)
     assert len(xyz) == saved.num_points > 0
+    interrupt_and_check_exit(ros, node)
+
+
+def test_a_camera_topic_of_another_type_refused_at_configure(ros, tiny):
+    fixture, _ = tiny
+    ros.node.create_publisher(String, "/map_node/front/image/compressed", 10)   # not a camera
+    node = ros.start_node(fixture, "cameras:=[front,back]", autostart=False)
+    assert ros.state() == "unconfigured"   # the node is in the graph (its participant discovered the probe's)
+    time.sleep(1.0)   # margin for the probe's publisher endpoint to reach the node's graph cache
+    ros.transition(Transition.TRANSITION_CONFIGURE, "unconfigured", succeeds=False)
+    reason = ("/map_node/front/image/compressed carries std_msgs/msg/String, not sensor_msgs/msg/CompressedImage: "
+              "remap the camera to its image topic")
+    assert reason in ros.output(node)
+    ros.wait(lambda: ros.diagnostics and reason in ros.diagnostics[-1].status[0].message, "the refusal in /diagnostics")
     interrupt_and_check_exit(ros, node)
