@@ -258,3 +258,28 @@ def test_a_camera_topic_of_another_type_refused_at_configure(ros, tiny):
     assert reason in ros.output(node)
     ros.wait(lambda: ros.diagnostics and reason in ros.diagnostics[-1].status[0].message, "the refusal in /diagnostics")
     interrupt_and_check_exit(ros, node)
+
+
+def test_a_camera_jumping_its_stamps_affects_its_own_stream_only(ros, tiny, shared_dir):
+    fixture, _ = tiny
+    back_poses = []
+    ros.node.create_subscription(PoseStamped, "/map_node/back/pose", back_poses.append, 100)
+    node = ros.start_node(fixture, *RIG, "max_stamp_gap_s:=5.0", "primary_camera:=back")
+    ros.wait(lambda: ros.statuses, "the node's first status")
+    front = publisher(ros, "/map_node/front/image/compressed")
+    back = publisher(ros, "/map_node/back/image/compressed")
+    jpegs = courthouse_jpegs(shared_dir, 16)
+    front_msgs, back_msgs = frames(jpegs[:8], 100.0, "front_optical"), frames(jpegs[8:], 100.0, "back_optical")
+    front_msgs[4].header.stamp.sec += 3600   # an hour ahead: the front camera's clock jumped
+    for front_msg, back_msg in zip(front_msgs, back_msgs):
+        front.publish(front_msg)
+        back.publish(back_msg)
+    status = ros.wait(lambda: ros.settled() if ros.settled() and len(back_poses) == 8 else None,
+                      "every back frame placed")
+    assert [stamp_ns(p.header.stamp) for p in back_poses] == [100 * 10**9 + k * 10**8 for k in range(8)]
+    assert "back (primary) tracking" in status.state_text, status.state_text
+    # The front camera's outlier is refused in its own stream; it maps on from its next frame.
+    assert "front tracking, 7 processed" in status.state_text and status.frames_rejected == 1
+    assert status.restarts == 0 and status.frames_failed == 0
+    assert "camera front: image stamp jumped 3600.100 s ahead" in ros.output(node)
+    interrupt_and_check_exit(ros, node)
