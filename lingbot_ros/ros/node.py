@@ -17,6 +17,10 @@ batches (ros/tap.py); service callbacks (another group) queue work to the worker
 the worker is the only thread that touches the Mapper; status and diagnostics read its immutable
 snapshot. Every callback runs under the safety net (ros/safety.py); what enters is checked at
 the boundary first (ros/input_checks.py, ros/params.py).
+
+A camera rig (``cameras``; ros/rig.py): each camera's image callbacks (a group each) feed one
+GroupInbox, the worker runs its groups through the RigMapper (the node's ``mapper`` is then a
+RigFront); the primary camera is what the single camera's topics, TF and services see.
 """
 from __future__ import annotations
 
