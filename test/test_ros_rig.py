@@ -16,10 +16,11 @@ from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
-from sensor_msgs.msg import CameraInfo, CompressedImage  # noqa: E402
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from lingbot_ros.io.image_codec import fill_image  # noqa: E402
 from lingbot_ros.mapping.files.export import read_ply, read_tum  # noqa: E402
 from lingbot_ros.ros.messages import stamp_msg, stamp_ns, tf_message_type, transform_stamped  # noqa: E402
 from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
@@ -36,8 +37,8 @@ def loop_jpegs(shared_dir, count: int) -> list[bytes]:
     return [f.read_bytes() for f in files]
 
 
-def publisher(ros, topic: str):
-    pub = ros.node.create_publisher(CompressedImage, topic,
+def publisher(ros, topic: str, kind=CompressedImage):
+    pub = ros.node.create_publisher(kind, topic,
                                     QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
     ros.wait(pub.get_subscription_count, f"the node's subscription to {topic}")
     return pub
@@ -49,6 +50,15 @@ def frames(jpegs, start_s: float, frame_id: str):
         msg = jpeg_message(data, start_s + 0.1 * i)
         msg.header.frame_id = frame_id
         out.append(msg)
+    return out
+
+
+def raw(jpeg_messages) -> list:
+    """The same frames as sensor_msgs/Image (rgb8)."""
+    out = []
+    for msg in jpeg_messages:
+        bgr = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8), cv2.IMREAD_COLOR)
+        out.append(fill_image(Image(header=msg.header), cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), "rgb8"))
     return out
 
 
@@ -102,7 +112,8 @@ def test_two_cameras_one_map_one_tf_owner(ros, tiny, shared_dir, tmp_path):
     saved = ros.call(SaveMap, "/map_node/save_map", SaveMap.Request(directory=str(tmp_path / "rig")))
     assert saved.success, saved.message
     assert sorted(p.name for p in (tmp_path / "rig").iterdir()) == [
-        "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum", "windows_back.csv", "windows_front.csv"]
+        "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum", "windows_back.csv",
+        "windows_front.csv"]
     xyz, _ = read_ply(saved.ply_path)
     assert len(xyz) == saved.num_points > 0
     assert saved.tum_path.endswith("trajectory_front.tum") and saved.num_poses == count
@@ -264,12 +275,14 @@ def test_a_camera_jumping_its_stamps_affects_its_own_stream_only(ros, tiny, shar
     fixture, _ = tiny
     back_poses = []
     ros.node.create_subscription(PoseStamped, "/map_node/back/pose", back_poses.append, 100)
-    node = ros.start_node(fixture, *RIG, "max_stamp_gap_s:=5.0", "primary_camera:=back")
+    # Raw images this time (image_transport raw: ~/<name>/image).
+    node = ros.start_node(fixture, *RIG, "max_stamp_gap_s:=5.0", "primary_camera:=back", "image_transport:=raw")
     ros.wait(lambda: ros.statuses, "the node's first status")
-    front = publisher(ros, "/map_node/front/image/compressed")
-    back = publisher(ros, "/map_node/back/image/compressed")
+    front = publisher(ros, "/map_node/front/image", Image)
+    back = publisher(ros, "/map_node/back/image", Image)
     jpegs = courthouse_jpegs(shared_dir, 16)
-    front_msgs, back_msgs = frames(jpegs[:8], 100.0, "front_optical"), frames(jpegs[8:], 100.0, "back_optical")
+    front_msgs = raw(frames(jpegs[:8], 100.0, "front_optical"))
+    back_msgs = raw(frames(jpegs[8:], 100.0, "back_optical"))
     front_msgs[4].header.stamp.sec += 3600   # an hour ahead: the front camera's clock jumped
     for front_msg, back_msg in zip(front_msgs, back_msgs):
         front.publish(front_msg)
