@@ -10,7 +10,8 @@ import pytest
 from helpers import need_module  # noqa: I001 (before the ROS imports it guards)
 
 need_module("rclpy", module_level=True)
-from helpers import OPTICAL, SaveMap, courthouse_jpegs, interrupt_and_check_exit, jpeg_message, rigid  # noqa: E402
+from helpers import (OPTICAL, SaveMap, courthouse_jpegs, double_parameter, interrupt_and_check_exit,  # noqa: E402
+                     jpeg_message, rigid)
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
@@ -198,6 +199,7 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
     assert rollback.success and rollback.message.startswith("camera back: "), rollback.message
     refused = ros.call(Trigger, "/map_node/new_window", Trigger.Request())
     assert not refused.success and "not available with cameras" in refused.message
+    ros.set_parameter(double_parameter("min_confidence", 0.5))   # a live Mapper parameter: every camera's
     flushed = ros.call(Trigger, "/map_node/flush_deferred_evictions", Trigger.Request())
     assert flushed.success and "front: " in flushed.message and "back: " in flushed.message
 

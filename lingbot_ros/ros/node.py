@@ -24,7 +24,6 @@ RigFront); the primary camera is what the single camera's topics, TF and service
 """
 from __future__ import annotations
 
-import dataclasses
 import gc
 import threading
 import time
@@ -51,7 +50,8 @@ from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.output_thread import OutputThread, to_host
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
-from lingbot_ros.ros.rig import CameraOutputs, RigFront, camera_lines, camera_summary, labelled
+from lingbot_ros.ros.rig import (CameraOutputs, RigFront, camera_lines, camera_summary, labelled,
+                                 without_default_database)
 from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
@@ -184,12 +184,12 @@ class MapNode(LifecycleNode):
                              expected_types(self, self.cfg.cameras, self.cfg.image_transport))
         if errors:
             raise SettingsError("; ".join(errors))
-        if settings.map_database and settings.map_database == MapperSettings().map_database:
+        rig_settings = without_default_database(settings)
+        if rig_settings is not settings:
             self.get_logger().warning("cameras: a camera rig has no map database yet, so map_database (the "
                                       "default) is off; ~/save_map saves the rig's one map")
-            settings = dataclasses.replace(settings, map_database="")
-        check_rig_settings(settings)
-        return settings
+        check_rig_settings(rig_settings)
+        return rig_settings
 
     def _warm_up(self, settings) -> None:
         """The warm-up on the images' size where it is known (mapping/warmup_size.py's rule)."""
