@@ -4,6 +4,9 @@
       checkpoint:=/path/lingbot-map-long.pt model_config:=lingbot-map device:=cuda namespace:=robot1 \
       use_sim_time:=true
 
+A camera rig: cameras:=front,back camera_images:=/front/image_raw,/back/image_raw remaps each
+camera's ~/<name>/image (its compressed and camera_info topics derive from it, as ~/image's do).
+
 Parameters come from params_file. An argument that sets a parameter overrides the file only when
 it is given (its default is empty): params_file:=my.yaml with the checkpoint in my.yaml runs that
 checkpoint. The node's inputs all derive from ~/image (<image>/compressed, and the camera_info
@@ -36,6 +39,12 @@ ARGUMENTS = [
     ("compressed", NOT_GIVEN, "true: image_transport:=compressed, false: raw; not given: params_file's"),
     ("use_camera_info", NOT_GIVEN, "true: subscribe to the camera_info beside the image topic; "
                                    "not given: params_file's"),
+    ("cameras", NOT_GIVEN, "a camera rig: the cameras' names, comma-separated (front,back); each reads "
+                           "~/<name>/image; not given: params_file's (empty there: one camera on image)"),
+    ("primary_camera", NOT_GIVEN, "with cameras: the camera of ~/pose, ~/odom and TF; not given: params_file's "
+                                  "(empty there: the first)"),
+    ("camera_images", NOT_GIVEN, "with cameras: each camera's image topic, comma-separated in the cameras' "
+                                 "order (remaps ~/<name>/image); not given: ~/<name>/image"),
     ("namespace", "", "namespace of the node"),
     ("use_sim_time", NOT_GIVEN, "true: use /clock (bag replay); not given: params_file's"),
     ("autostart", NOT_GIVEN, "false: the node waits for lifecycle transitions and is started as a "
@@ -61,13 +70,36 @@ def parameter_overrides(arguments: dict) -> dict:
     """The node parameters set by the given launch arguments (name -> value as text); arguments
     left at NOT_GIVEN set nothing, so params_file's values stand."""
     given = {name: value for name, value in arguments.items() if value != NOT_GIVEN}
-    overrides = {name: given[name] for name in ("checkpoint", "model_config", "device") if name in given}
+    overrides = {name: given[name] for name in ("checkpoint", "model_config", "device", "primary_camera")
+                 if name in given}
+    if "cameras" in given:
+        overrides["cameras"] = _names(given["cameras"])
     for name in ("use_camera_info", "use_sim_time", "autostart"):
         if name in given:
             overrides[name] = _boolean(name, given[name])
     if "compressed" in given:
         overrides["image_transport"] = "compressed" if _boolean("compressed", given["compressed"]) else "raw"
     return overrides
+
+
+def _names(text: str) -> list:
+    """'front, back' -> ['front', 'back'] (the node checks the names themselves)."""
+    return [name.strip() for name in text.split(",")]
+
+
+def image_remappings(arguments: dict) -> list:
+    """~/image -> image (unused by a rig), or with camera_images each camera's ~/<name>/image."""
+    cameras = arguments.get("cameras", NOT_GIVEN)
+    images = arguments.get("camera_images", NOT_GIVEN)
+    if images != NOT_GIVEN:
+        if cameras == NOT_GIVEN:
+            raise LaunchArgumentError("camera_images needs cameras:=NAME,NAME (one topic per camera)")
+        names, topics = _names(cameras), _names(images)
+        if len(names) != len(topics):
+            raise LaunchArgumentError(f"camera_images names {len(topics)} topic(s) for {len(names)} camera(s) "
+                                      f"({cameras}): give one per camera, in the same order")
+        return [(f"~/{name}/image", topic) for name, topic in zip(names, topics)]
+    return [("~/image", arguments["image"])] if arguments.get("image") else []
 
 
 def _rviz_topics(config_path: str) -> list:
@@ -116,7 +148,7 @@ def _launch_setup(context) -> list:
         output="screen",
         # Later entries win: the given arguments over the params file.
         parameters=([value["params_file"]] if value["params_file"] else []) + ([overrides] if overrides else []),
-        remappings=[("~/image", value["image"])] if value["image"] else [],
+        remappings=image_remappings(value),
         ros_arguments=["--log-level", value["log_level"]],
     )
     return [node] + (_rviz(namespace, overrides) if _boolean("rviz", value["rviz"]) else [])

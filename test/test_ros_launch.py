@@ -232,6 +232,18 @@ def test_given_arguments_become_typed_parameters(launch_file):
     assert launch_file.parameter_overrides({"compressed": "false"}) == {"image_transport": "raw"}
 
 
+def test_a_camera_rig_from_arguments(launch_file):
+    given = {"cameras": "front, back", "primary_camera": "back", "camera_images": "/f/image_raw,/b/image_raw",
+             "image": "/camera/image_raw"}
+    assert launch_file.parameter_overrides(given) == {"cameras": ["front", "back"], "primary_camera": "back"}
+    assert launch_file.image_remappings(given) == [("~/front/image", "/f/image_raw"), ("~/back/image", "/b/image_raw")]
+    assert launch_file.image_remappings({"image": "/cam"}) == [("~/image", "/cam")]
+    with pytest.raises(launch_file.LaunchArgumentError, match="1 topic.* for 2 camera"):
+        launch_file.image_remappings({**given, "camera_images": "/f/image_raw"})
+    with pytest.raises(launch_file.LaunchArgumentError, match="camera_images needs cameras"):
+        launch_file.image_remappings({"camera_images": "/f/image_raw", "image": ""})
+
+
 def test_a_bad_boolean_names_the_argument(launch_file):
     with pytest.raises(launch_file.LaunchArgumentError, match="use_sim_time:=yes"):
         launch_file.parameter_overrides({"use_sim_time": "yes"})
@@ -240,7 +252,8 @@ def test_a_bad_boolean_names_the_argument(launch_file):
 def test_the_declared_arguments(launch_file):
     names = [name for name, _, _ in launch_file.ARGUMENTS]
     assert names == ["params_file", "checkpoint", "model_config", "device", "image", "compressed", "use_camera_info",
-                     "namespace", "use_sim_time", "autostart", "log_level", "rviz"]
+                     "cameras", "primary_camera", "camera_images", "namespace", "use_sim_time", "autostart",
+                     "log_level", "rviz"]
     defaults = {name: default for name, default, _ in launch_file.ARGUMENTS}
     assert Path(defaults["params_file"]).resolve() == (REPO / "config" / "map.yaml").resolve()
 
@@ -261,6 +274,16 @@ def test_the_params_file_is_used_when_no_argument_overrides_it(run, tiny_params,
         "image_transport": "raw", "autostart": True}
     assert run.state("/map_node") == "active"    # configure loaded that checkpoint
     assert "[INFO]" in _node_lines(run.output())  # the default log_level (test_namespace_... lowers it)
+
+
+def test_a_camera_rig_launched(run, tiny_params):
+    run.start(f"params_file:={tiny_params}", "cameras:=front,back", "camera_images:=/f/image_raw,/b/image_raw")
+    run.wait_subscribed("map_node", "/", "/f/image_raw", "sensor_msgs/msg/Image")
+    subscriptions = run.wait_subscribed("map_node", "/", "/b/image_raw", "sensor_msgs/msg/Image")
+    assert "/camera/image_raw" not in subscriptions
+    assert run.parameters("/map_node", ["cameras", "primary_camera"]) == {"cameras": ["front", "back"],
+                                                                         "primary_camera": ""}
+    assert run.state("/map_node") == "active"
 
 
 def test_given_arguments_override_the_params_file(run, tiny_params, shared_dir, tmp_path):

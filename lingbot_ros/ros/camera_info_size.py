@@ -21,8 +21,9 @@ from lingbot_ros.ros.qos import input_qos
 
 def found_image_size(node, cfg) -> FoundSize:
     """Wait up to ``cfg.warmup_camera_info_wait_s`` for a camera_info on the topic beside the
-    node's image topic (remaps applied) and read its images' size."""
-    topic = topics.camera_info_topic(node.resolve_topic_name(topics.IMAGE_TOPIC))
+    node's image topic (remaps applied; a rig's: the primary camera's) and read its images' size."""
+    primary = cfg.primary_camera or (cfg.cameras[0] if cfg.cameras else None)
+    topic = topics.camera_info_topic(node.resolve_topic_name(topics.image_topic(primary)))
     where = f"camera_info on {topic}"
     wait_s = cfg.warmup_camera_info_wait_s
     if not wait_s:

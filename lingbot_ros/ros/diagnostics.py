@@ -60,6 +60,21 @@ class Counters:
                     "latency_frames": self._latency_frames}
 
 
+class Fanout:
+    """Counts into several Counters at once (a rig camera's inputs: the camera's and the node's)."""
+
+    def __init__(self, *counters: Counters):
+        self._all = counters
+
+    def add(self, name: str, count: int = 1) -> None:
+        for counters in self._all:
+            counters.add(name, count)
+
+    def refused(self, counter: str, text: str) -> None:
+        for counters in self._all:
+            counters.refused(counter, text)
+
+
 def memory_bytes(device: str) -> tuple[int, int]:
     """(process peak RSS bytes, CUDA bytes allocated or 0)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -24,12 +24,15 @@ BAD_INPUT_LOG_PERIOD_S = 5.0
 
 
 class Inputs:
-    def __init__(self, node, cfg, counters, inbox, group):
-        """Subscribe now (activate); ``destroy`` undoes it (deactivate)."""
-        self.node, self.cfg, self.counters, self.inbox = node, cfg, counters, inbox
+    def __init__(self, node, cfg, counters, deliver, group, camera: str | None = None):
+        """Subscribe now (activate); ``destroy`` undoes it (deactivate). ``deliver(frame)`` hands a
+        decoded frame on and returns how many frames that dropped; ``camera``: a rig's camera (its
+        ~/<camera>/image and the topics derived from it), None: the one camera."""
+        self.node, self.cfg, self.counters, self.deliver = node, cfg, counters, deliver
+        self._whose = f"camera {camera}: " if camera else ""   # a rig camera's refusals name it
         self.camera_info_k = ""
         self._gaps = ReceivedGaps()
-        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info)
+        names = topics.input_topics(node, cfg.image_transport, cfg.use_camera_info, camera)
         self.image_topic = names.image
         qos = KEEP_ALL_RELIABLE if cfg.process_all_frames else input_qos(
             "sensor_data" if cfg.image_qos == "auto" else cfg.image_qos, cfg.image_qos_depth)
@@ -73,7 +76,7 @@ class Inputs:
         # hour ahead is held there, and refused unless the next frame follows it).
         frame = InputFrame(rgb=rgb, stamp_ns=stamp_ns, frame_id=msg.header.frame_id, received_ns=received_ns,
                            gap_ns=self._gaps.gap_ns(stamp_ns))
-        self.counters.add("dropped", self.inbox.put(frame))
+        self.counters.add("dropped", self.deliver(frame))
 
     def _on_camera_info(self, msg) -> None:
         try:
@@ -82,5 +85,6 @@ class Inputs:
             self._bad_input("camera_info_rejected", f"{self._subscriptions[1].topic_name}: {error} (skipped)")
 
     def _bad_input(self, counter: str, text: str) -> None:
+        text = self._whose + text
         self.counters.refused(counter, text)
         self.node.get_logger().warning(text, throttle_duration_sec=BAD_INPUT_LOG_PERIOD_S)

@@ -17,6 +17,10 @@ batches (ros/tap.py); service callbacks (another group) queue work to the worker
 the worker is the only thread that touches the Mapper; status and diagnostics read its immutable
 snapshot. Every callback runs under the safety net (ros/safety.py); what enters is checked at
 the boundary first (ros/input_checks.py, ros/params.py).
+
+A camera rig (``cameras``; ros/rig.py): each camera's image callbacks (a group each) feed one
+GroupInbox, the worker runs its groups through the RigMapper (the node's ``mapper`` is then a
+RigFront); the primary camera is what the single camera's topics, TF and services see.
 """
 from __future__ import annotations
 
@@ -32,18 +36,25 @@ from rclpy.lifecycle import State, TransitionCallbackReturn
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
-from lingbot_ros.mapping.settings import SettingsError
+from lingbot_ros.mapping.rig.cameras import check_rig_settings
+from lingbot_ros.mapping.rig.grouping import MAX_CAMERAS
+from lingbot_ros.mapping.rig.rig_mapper import RigMapper
+from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.warmup_size import AUTO, warmup_size
 from lingbot_ros.ros import camera_info_size, messages, params, services
-from lingbot_ros.ros.diagnostics import Counters
+from lingbot_ros.ros.cameras import expected_types, wrong_types
+from lingbot_ros.ros.diagnostics import Counters, Fanout
+from lingbot_ros.ros.group_inbox import GroupInbox
 from lingbot_ros.ros.health import Facts, Health, Limits
 from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.output_thread import OutputThread, to_host
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
-from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
+from lingbot_ros.ros.rig import (CameraOutputs, RigFront, camera_lines, camera_summary, labelled,
+                                 without_default_database)
 from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.safety import SafetyNet
+from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
 from lingbot_ros.ros.worker import FrameInbox, Worker
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
@@ -62,6 +73,12 @@ class MapNode(LifecycleNode):
         self.outputs: Outputs | None = None
         self.path: PathCache | None = None
         self.inputs: Inputs | None = None
+        # A camera rig (parameter cameras; empty: none of these): per camera its inputs, counters, topics.
+        self.camera_inputs: dict[str, Inputs] = {}
+        self.camera_counters: dict[str, Counters] = {}
+        self.camera_outputs: dict[str, CameraOutputs] = {}
+        self._scales_pending = threading.Event()   # one refresh of the rig's scales queued at most
+        self._camera_groups: dict[str, MutuallyExclusiveCallbackGroup] = {}   # each camera's image callbacks
         self.cfg: params.NodeSettings | None = None
         self.counters = Counters()
         self.health = Health()
@@ -97,6 +114,14 @@ class MapNode(LifecycleNode):
                 "only and ~/save_map is a std_srvs/Trigger writing to save_directory. Run "
                 "scripts/setup.sh (venv) or colcon build to generate them.")
 
+    def executor_threads(self) -> int:
+        """Threads for the node's executor: 4, and one more per camera of a rig, whose image
+        callbacks have a group each: a camera whose queue is full holds its callback's thread
+        (back-pressure on its publisher) while the others, services and timers go on. A bad
+        ``cameras`` value counts none here: configure refuses it."""
+        cameras = self.get_parameter("cameras").value
+        return 4 + (len(cameras) if isinstance(cameras, list) and len(cameras) <= MAX_CAMERAS else 0)
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def on_configure(self, state: State) -> TransitionCallbackReturn:
@@ -104,6 +129,8 @@ class MapNode(LifecycleNode):
         -> on_error, which releases everything -> unconfigured."""
         try:
             settings, self.cfg = params.read(self, self.refused_parameters)
+            if self.cfg.cameras:
+                settings = self._rig_settings(settings)
         except SettingsError as error:
             self.configure_error = f"configure failed, fix the parameters: {error}"
             self.get_logger().error(self.configure_error)
@@ -111,10 +138,16 @@ class MapNode(LifecycleNode):
         try:
             self._diagnostics_timer.timer_period_ns = round(self.cfg.diagnostics_period_s * 1e9)
             self._qos_warnings.clear()
-            self.bundle = factory.build(settings)
-            self.mapper = Mapper(settings, self.bundle)
             self.counters = Counters()
-            self.worker = Worker(FrameInbox(False, 1), self._handle_frame, self._on_worker_error)
+            if self.cfg.cameras:
+                self.bundle = factory.build_rig(settings, self.cfg.cameras)
+                self.mapper = RigFront(RigMapper(settings, self.bundle, self.cfg.cameras, self.cfg.primary_camera))
+                self.camera_counters = {camera: Counters() for camera in self.cfg.cameras}
+                self.worker = Worker(GroupInbox(self.cfg.grouping()), self._handle_group, self._on_worker_error)
+            else:
+                self.bundle = factory.build(settings)
+                self.mapper = Mapper(settings, self.bundle)
+                self.worker = Worker(FrameInbox(False, 1), self._handle_frame, self._on_worker_error)
             self.worker.start()
             self.output_thread = OutputThread(self._on_worker_error)
             if self.bundle.random_weights:
@@ -126,10 +159,13 @@ class MapNode(LifecycleNode):
             if settings.warmup:
                 self._warm_up(settings)
             self.outputs = Outputs.create(self)
+            self.camera_outputs = {camera: CameraOutputs.create(self, camera) for camera in self.cfg.cameras}
             self.path = PathCache(self.mapper, self.cfg.map_frame, self.cfg.path_max_length)
             self._own_services = services.create(self, self._service_group)
             self._start_timers()
-            self.robot = RobotLink(self, self.cfg, self.mapper, self.counters, self.image_clock)
+            cameras = ({camera: self.mapper.rig.camera(camera) for camera in self.cfg.cameras}
+                       if self.cfg.cameras else None)
+            self.robot = RobotLink(self, self.cfg, self.mapper, self.counters, self.image_clock, cameras)
             self._start_viewer()
         except Exception as error:   # any load or warm-up problem: report it, release, stay alive
             hint = factory.failure_hint(error, settings)
@@ -139,6 +175,21 @@ class MapNode(LifecycleNode):
         self.configure_error = ""
         self.publish_status()
         return TransitionCallbackReturn.SUCCESS
+
+    def _rig_settings(self, settings: MapperSettings) -> MapperSettings:
+        """A rig's settings, or SettingsError saying what to change: its cameras' topics carry
+        images (ros/cameras.py), and no map database yet (mapping/rig/cameras.py): the default
+        one is turned off with a warning, one the user set is refused."""
+        errors = wrong_types(self.get_topic_names_and_types(),
+                             expected_types(self, self.cfg.cameras, self.cfg.image_transport))
+        if errors:
+            raise SettingsError("; ".join(errors))
+        rig_settings = without_default_database(settings)
+        if rig_settings is not settings:
+            self.get_logger().warning("cameras: a camera rig has no map database yet, so map_database (the "
+                                      "default) is off; ~/save_map saves the rig's one map")
+        check_rig_settings(rig_settings)
+        return rig_settings
 
     def _warm_up(self, settings) -> None:
         """The warm-up on the images' size where it is known (mapping/warmup_size.py's rule)."""
@@ -162,10 +213,16 @@ class MapNode(LifecycleNode):
         if errors:
             self.get_logger().error("activate failed, fix the parameters: " + "; ".join(errors))
             return TransitionCallbackReturn.FAILURE
-        self.worker.inbox = FrameInbox(self.cfg.process_all_frames, self.cfg.queue_size, InputFrame.after_dropped)
-        self.inputs = Inputs(self, self.cfg, self.counters, self.worker.inbox, self._image_group)
-        self.get_logger().info(f"active: listening on {self.inputs.image_topic} ("
-                               f"{'every frame, in order' if self.cfg.process_all_frames else 'newest frame wins'})")
+        order = "every frame, in order" if self.cfg.process_all_frames else "newest frame wins"
+        if self.cfg.cameras:
+            self._subscribe_rig()
+            listening = ", ".join(inputs.image_topic for inputs in self.camera_inputs.values())
+            order += f" per camera, grouped within {self.cfg.camera_sync_tolerance_s:g} s"
+        else:
+            self.worker.inbox = FrameInbox(self.cfg.process_all_frames, self.cfg.queue_size, InputFrame.after_dropped)
+            self.inputs = Inputs(self, self.cfg, self.counters, self.worker.inbox.put, self._image_group)
+            listening = self.inputs.image_topic
+        self.get_logger().info(f"active: listening on {listening} ({order})")
         result = super().on_activate(state)   # switches the lifecycle publishers on
         self.publish_status()
         return result
@@ -207,7 +264,9 @@ class MapNode(LifecycleNode):
         with self._outputs_lock:
             if self.outputs is not None:
                 self.outputs.destroy()
-            self.outputs = None
+            for outputs in self.camera_outputs.values():
+                outputs.destroy()
+            self.outputs, self.camera_outputs = None, {}
         if self.robot is not None:
             self.robot.destroy()
         if self.viewer is not None:
@@ -228,6 +287,20 @@ class MapNode(LifecycleNode):
         if self.inputs is not None:
             self.inputs.destroy()
             self.inputs = None
+        for inputs in self.camera_inputs.values():
+            inputs.destroy()
+        self.camera_inputs = {}
+
+    def _subscribe_rig(self) -> None:
+        """Each camera's inputs (~/<name>/image ...) into a new GroupInbox (its kind follows the
+        input parameters, taken at activate), in a callback group of its own (executor_threads).
+        A camera's frames and refusals count as its own and in the node's totals."""
+        self.worker.inbox = inbox = GroupInbox(self.cfg.grouping())
+        for camera in self.cfg.cameras:
+            group = self._camera_groups.setdefault(camera, MutuallyExclusiveCallbackGroup())
+            self.camera_inputs[camera] = Inputs(
+                self, self.cfg, Fanout(self.counters, self.camera_counters[camera]),
+                lambda frame, camera=camera: len(inbox.put(camera, frame)), group, camera)
 
     # -- worker side --------------------------------------------------------------------------
 
@@ -247,19 +320,63 @@ class MapNode(LifecycleNode):
             # One job per call: a phase-1 batch's frames are published together or not at all.
             copies = [to_host(output, fields) for output in outcome.new]
             self.output_thread.submit(self.safety.guard("image publication",
-                                                        lambda: self._publish_images(copies)))
+                                                        lambda: self._publish_images(copies, self._images)))
         if self.viewer is not None:
             self.viewer.update(self.mapper, outcome)
         self.counters.frame_done((time.monotonic_ns() - frame.received_ns) / 1e6)
         self.publish_status()
 
-    def _publish_images(self, copies) -> None:
-        """On the output thread: once a frame's host copies are done, its image-sized messages."""
+    def _images(self, output) -> None:
+        self.outputs.images(output, self.cfg, self.mapper.settings.min_confidence)
+
+    def _handle_group(self, group) -> None:
+        """A rig's group (at most one frame per camera) as one batched step. Each camera's outputs
+        go to its own topics; the primary camera's also to ~/pose, ~/odom, ~/path, TF and the
+        single camera's image topics (~/points, ~/depth/image ...)."""
+        for member in group:
+            self.robot.before_frame(member.frame, member.camera)
+        outcomes = self.mapper.process(group).outcomes
+        primary = self.mapper.rig.primary
+        taken = outcomes[primary].taken if primary in outcomes else None
+        if taken is not None:   # the image clock (odometry's reference) follows the primary camera
+            self.image_clock.image(taken.stamp_ns, taken.received_ns)
+        self.report(labelled(outcomes).notices)
+        if not self.context.ok():
+            return
+        for camera, outcome in outcomes.items():
+            outputs = self.camera_outputs[camera]
+            for output in outcome.new:
+                outputs.poses(output, self.cfg)
+                if camera == primary:
+                    self.outputs.poses(output, self.cfg, self.path)
+                    self.robot.publish(output)
+            fields = set(outputs.image_fields()) | (set(self.outputs.image_fields()) if camera == primary else set())
+            if fields and outcome.new:
+                copies = [to_host(output, tuple(sorted(fields))) for output in outcome.new]
+
+                def publish(output, outputs=outputs, camera=camera) -> None:
+                    outputs.images(output, self.cfg)
+                    if camera == primary:
+                        self._images(output)
+                self.output_thread.submit(self.safety.guard(
+                    "image publication", lambda copies=copies, publish=publish: self._publish_images(copies, publish)))
+        if self.viewer is not None and primary in outcomes:
+            self.viewer.update(self.mapper.primary, outcomes[primary])
+        now_ns = time.monotonic_ns()
+        for member in group:
+            latency_ms = (now_ns - member.frame.received_ns) / 1e6
+            self.counters.frame_done(latency_ms)
+            self.camera_counters[member.camera].frame_done(latency_ms)
+        self.publish_status()
+
+    def _publish_images(self, copies, publish) -> None:
+        """On the output thread: once a frame's host copies are done, ``publish(output)`` its
+        image-sized messages."""
         for output, copied in copies:
             if copied is not None:
                 copied.synchronize()
             if self.context.ok():
-                self.outputs.images(output, self.cfg, self.mapper.settings.min_confidence)
+                publish(output)
 
     def report(self, notices) -> None:
         logger = self.get_logger()
@@ -293,7 +410,26 @@ class MapNode(LifecycleNode):
             warnings.extend(self.robot.warnings())
         if self._viewer_refusal:
             warnings.append(self._viewer_refusal)
+        warnings.extend(self._quiet_cameras())
         return tuple(warnings)
+
+    def _quiet_cameras(self) -> list[str]:
+        """A rig's cameras without an image for stale_after_s while another camera sends (the
+        others go on mapping; the node as a whole is STALE only when every camera is quiet)."""
+        if self.cfg is None or not self.cfg.stale_after_s or self._state_machine.current_state[1] != "active":
+            return []
+        now = time.monotonic()
+        quiet = {camera: counters.last_received_s for camera, counters in self.camera_counters.items()
+                 if counters.last_received_s is None or now - counters.last_received_s > self.cfg.stale_after_s}
+        if len(quiet) == len(self.camera_counters):
+            return []
+        texts = []
+        for camera, last in quiet.items():
+            inputs = self.camera_inputs.get(camera)
+            topic = inputs.image_topic if inputs is not None else f"~/{camera}/image"
+            quiet_for = "yet" if last is None else f"for {now - last:.1f} s"
+            texts.append(f"camera {camera}: no image on {topic} {quiet_for} (the other cameras go on mapping)")
+        return texts
 
     def lifecycle_text(self) -> str:
         label = self._state_machine.current_state[1]
@@ -310,8 +446,12 @@ class MapNode(LifecycleNode):
     def status_message(self, mapper=None):
         snapshot = (mapper or self.mapper).snapshot
         stamp = self._last_stamp(snapshot)
-        return fill_status(MapStatus(), snapshot, self.counters.snapshot(), self.counters, stamp,
-                           self.cfg.map_frame, self.lifecycle_text())
+        msg = fill_status(MapStatus(), snapshot, self.counters.snapshot(), self.counters, stamp,
+                          self.cfg.map_frame, self.lifecycle_text())
+        mapper = mapper or self.mapper
+        if isinstance(mapper, RigFront):   # the numbers are the primary camera's; each camera's state here
+            msg.state_text += "; " + camera_summary(mapper)
+        return msg
 
     def publish_status(self) -> None:
         # Any thread; the mapper reference is taken once, since cleanup may clear it meanwhile.
@@ -356,12 +496,20 @@ class MapNode(LifecycleNode):
             if snapshot.map_database_error:
                 self.get_logger().warning(f"map database: {snapshot.map_database_error}; mapping goes on in memory")
         extra = {"camera_info": inputs.camera_info_k if inputs else ""} if cfg.use_camera_info else {}
+        if cfg.use_camera_info and self.camera_inputs:   # a rig: each camera's
+            extra = {f"camera_info {camera}": inputs.camera_info_k for camera, inputs in self.camera_inputs.items()}
         if bundle is not None:
             extra["model"] = bundle.description + (" (RANDOM WEIGHTS: not a map)" if bundle.random_weights else "")
         robot = self.robot
         conflict = robot.conflict if robot is not None else None
         if robot is not None:
             extra.update(robot.describe())
+        if isinstance(mapper, RigFront):
+            self._refresh_scales()
+            now = time.monotonic()
+            extra.update(camera_lines(mapper, {camera: c.snapshot() for camera, c in self.camera_counters.items()},
+                                      {camera: None if c.last_received_s is None else now - c.last_received_s
+                                       for camera, c in self.camera_counters.items()}))
         refusals = dict(counters.last_refusal)
         report = self.health.update(time.monotonic(), totals(snapshot, counters.snapshot()), Facts(
             self._state_machine.current_state[1], bundle is not None and bundle.random_weights,
@@ -372,6 +520,18 @@ class MapNode(LifecycleNode):
             self.get_clock().now().to_msg(), self.get_name(), self.get_fully_qualified_name(), report, snapshot,
             counters, bundle.device if bundle is not None else "cpu", self.lifecycle_text(), extra))
         self.publish_status()
+
+    def _refresh_scales(self) -> None:
+        """The rig's scales for the next diagnostics, on the worker (it reads the cameras'
+        trajectories); coalesced: one refresh waits at most."""
+        worker, mapper = self.worker, self.mapper
+        if worker is not None and isinstance(mapper, RigFront) and not self._scales_pending.is_set():
+            self._scales_pending.set()
+
+            def refresh() -> None:
+                self._scales_pending.clear()
+                mapper.refresh_scales()
+            worker.submit(self.safety.guard("rig scales", refresh))
 
     def _on_map_timer(self) -> None:
         with self._outputs_lock:

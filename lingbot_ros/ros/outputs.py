@@ -104,23 +104,27 @@ class Outputs:
     def images(self, output: MapperOutput, cfg: NodeSettings, min_confidence: float) -> None:
         """What one frame publishes from its image-sized outputs (points, depth, confidence and
         their camera_info), from tensors already on the host (`output_thread.to_host`)."""
-        stamp = messages.stamp_msg(output.stamp_ns)
-        camera_frame = cfg.camera_frame or output.frame.frame_id
         if self.points.get_subscription_count():
             xyz, rgb = output.points(min_confidence, cfg.points_stride)
-            self.points.publish(messages.point_cloud(xyz, rgb, stamp, cfg.map_frame))
-        header = messages.make_header(stamp, camera_frame)
-        width, height = output.result.image_size
-        for image_pub, info_pub, tensor in ((self.depth, self.depth_info, output.depth),
-                                            (self.confidence, self.confidence_info, output.result.depth_conf)):
-            if image_pub.get_subscription_count():
-                image_pub.publish(fill_image(Image(header=header), to_numpy(tensor).astype(np.float32), "32FC1"))
-            if info_pub.get_subscription_count():
-                info_pub.publish(messages.camera_info(to_numpy(output.result.intrinsic), width, height, stamp,
-                                                      camera_frame))
+            self.points.publish(messages.point_cloud(xyz, rgb, messages.stamp_msg(output.stamp_ns), cfg.map_frame))
+        publish_image(self.depth, self.depth_info, output.depth, output, cfg)
+        publish_image(self.confidence, self.confidence_info, output.result.depth_conf, output, cfg)
 
     def cloud(self, xyz: np.ndarray, rgb: np.ndarray, stamp, frame_id: str) -> None:
         self.map.publish(messages.point_cloud(xyz.astype(np.float32), rgb, stamp, frame_id))
+
+
+def publish_image(image_pub, info_pub, tensor, output: MapperOutput, cfg: NodeSettings) -> None:
+    """A float image of ``output`` (depth, confidence) and its camera_info sibling, in the camera's
+    frame (camera_frame, else the input image's frame_id), where someone subscribes."""
+    stamp = messages.stamp_msg(output.stamp_ns)
+    camera_frame = cfg.camera_frame or output.frame.frame_id
+    if image_pub.get_subscription_count():
+        header = messages.make_header(stamp, camera_frame)
+        image_pub.publish(fill_image(Image(header=header), to_numpy(tensor).astype(np.float32), "32FC1"))
+    if info_pub.get_subscription_count():
+        width, height = output.result.image_size
+        info_pub.publish(messages.camera_info(to_numpy(output.result.intrinsic), width, height, stamp, camera_frame))
 
 
 class PathCache:

@@ -14,6 +14,7 @@ import sys
 
 from lingbot_ros.io.image_codec import DEFAULT_MAX_PIXELS
 from lingbot_ros.mapping.placement.odometry import MAX_AGE_S as ODOMETRY_MAX_AGE_S
+from lingbot_ros.mapping.rig.grouping import MAX_CAMERAS, GroupingSettings
 from lingbot_ros.mapping.settings import (ACTIVATE, CONFIGURE, LIVE, MapperSettings, SettingsError, coerce,
                                           field_errors, integer_for_float, setting)
 from lingbot_ros.viewer.live_view import DEFAULT_POINT_BUDGET as VIEWER_POINT_BUDGET
@@ -74,6 +75,9 @@ MAX_CAMERA_INFO_WAIT_S = 30.0
 MAX_VIEWER_POINTS = 5_000_000
 
 
+_GROUPING = {f.name: f for f in dataclasses.fields(GroupingSettings)}
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeSettings:
     autostart: bool = setting(True, "configure and activate at start-up (off: wait for lifecycle transitions)")
@@ -114,6 +118,22 @@ class NodeSettings:
     strict_jpeg: bool = setting(True, "a JPEG libjpeg warns about (damaged data, bytes before its end) is "
                                 "rejected; false accepts them, for a camera whose every JPEG carries such "
                                 "a warning (damaged frames then reach the map)", when=ACTIVATE)
+    # -- a camera rig (issue 29) -----------------------------------------------------------------
+    # The help texts and bounds of the sync settings are grouping.py's (one rule, one place).
+    cameras: tuple = setting((), f"a camera rig: 1 to {MAX_CAMERAS} camera names in order (letters, digits and "
+                                 "single underscores, starting with a letter; empty = one camera on ~/image, as "
+                                 "always). Camera <name> reads ~/<name>/image (~/<name>/image/compressed, "
+                                 "~/<name>/camera_info) and publishes ~/<name>/pose and ~/<name>/depth/image; "
+                                 "one name is a rig of one camera on those topics")
+    primary_camera: str = setting("", "with cameras: the camera whose poses are ~/pose, ~/odom, ~/path and TF, and "
+                                      "whose scale the map takes (empty = the first)")
+    camera_sync_tolerance_s: float = setting(
+        _GROUPING["camera_sync_tolerance_s"].default, "with cameras: "
+        + _GROUPING["camera_sync_tolerance_s"].metadata["help"], minimum=0,
+        maximum=_GROUPING["camera_sync_tolerance_s"].metadata["maximum"], when=ACTIVATE)
+    camera_sync_wait_s: float = setting(
+        _GROUPING["camera_sync_wait_s"].default, "with cameras: " + _GROUPING["camera_sync_wait_s"].metadata["help"],
+        minimum=0, maximum=_GROUPING["camera_sync_wait_s"].metadata["maximum"], when=ACTIVATE)
     # -- output ----------------------------------------------------------------------------------
     map_frame: str = setting("map", "frame of poses, path, odometry and clouds", check=_frame_name)
     base_frame: str = setting("base_link", "the robot's base frame: ~/pose, ~/odom and ~/path are its poses, "
@@ -174,7 +194,9 @@ class NodeSettings:
                                          "against the input rate", minimum=0, check=_below_1, when=LIVE)
 
     def __post_init__(self):
-        errors = field_errors(self) + self.frame_errors()
+        if isinstance(self.cameras, list):   # a ROS string array or a YAML list
+            object.__setattr__(self, "cameras", tuple(self.cameras))
+        errors = field_errors(self) + self.frame_errors() + self.rig_errors()
         if errors:
             raise SettingsError("invalid parameters: " + "; ".join(errors))
 
@@ -194,6 +216,26 @@ class NodeSettings:
                           "base_frame: the depth images are in the camera's optical frame (empty = the "
                           "input image's frame_id)")
         return errors
+
+    def rig_errors(self) -> list[str]:
+        """The cameras and the primary camera (ros/cameras.py, on the rig's own rule)."""
+        if not isinstance(self.cameras, tuple) or not isinstance(self.primary_camera, str):
+            return []   # field_errors said so
+        if not self.cameras:
+            return [f"'primary_camera' ({self.primary_camera!r}) needs cameras: set cameras, or primary_camera "
+                    "to ''"] if self.primary_camera else []
+        if self.camera_frame:
+            return [f"'camera_frame' ({self.camera_frame!r}) would be every camera's depth frame: with cameras it "
+                    "must be '' (each camera's depth is in its own image's frame_id)"]
+        from lingbot_ros.ros.cameras import cameras_errors   # here: it imports topics, which imports this
+
+        return cameras_errors(self.cameras, self.primary_camera)
+
+    def grouping(self) -> GroupingSettings:
+        """How the rig's frames are grouped (cameras set)."""
+        return GroupingSettings(cameras=self.cameras, camera_sync_tolerance_s=self.camera_sync_tolerance_s,
+                                camera_sync_wait_s=self.camera_sync_wait_s,
+                                process_all_frames=self.process_all_frames, queue_size=self.queue_size)
 
     def input_errors(self) -> list[str]:
         """Combinations of input parameters that cannot work (checked at activate)."""
@@ -351,6 +393,9 @@ def defaults_yaml() -> str:
     for name, field in FIELDS.items():
         lines.append("    # " + descriptor(field).description)
         value = field.default
+        if value == ():   # a ROS params file cannot hold an empty list (rcl reads it as no value)
+            lines.append(f"    # {name}: [front, back]   (empty unless set)")
+            continue
         lines.append(f"    {name}: {json.dumps(value) if not isinstance(value, float) else repr(value)}")
     return "\n".join(lines) + "\n"
 

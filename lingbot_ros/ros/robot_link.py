@@ -1,7 +1,8 @@
 """How the node meets the robot: the camera mount from TF, the robot's odometry, the TF output.
 
     mount      base_frame -> the image's frame_id, looked up in TF (tf2_ros, or the /tf_static
-               listener in a venv) when the first image arrives; else the camera_mount setting
+               listener in a venv) when the first image arrives; else the camera_mount setting.
+               A rig: each camera's, from its own first image
     odometry   T_odom_base from ~/odometry_in (nav_msgs/Odometry, remappable) or, with
                odometry_source tf (tf2_ros only), from TF at each image stamp; fed to the
                Mapper's buffer (metric scale) and to the map -> odom transform
@@ -33,14 +34,17 @@ ODOMETRY_MIN_SPACING_NS = 5_000_000
 
 
 class RobotLink:
-    """``counters``: the node's Counters (odometry and TF refusals are counted there);
-    ``clock``: the ImageClock that odometry stamps are checked against."""
+    """``mapper``: the node's (odometry and TF: a rig's RigFront); ``cameras``: a rig's camera ->
+    its Mapper (None: one camera, ``mapper`` takes the mount); ``counters``: the node's Counters
+    (odometry and TF refusals are counted there); ``clock``: the ImageClock that odometry stamps
+    are checked against."""
 
-    def __init__(self, node, cfg, mapper, counters, clock):
+    def __init__(self, node, cfg, mapper, counters, clock, cameras: dict | None = None):
         self.node, self.cfg, self.mapper = node, cfg, mapper
         self.counters, self.clock = counters, clock
-        self.mount_resolved = False
-        self.mount_refusal = ""   # why TF's camera mount was refused, for as long as it matters
+        self.mounts = cameras if cameras is not None else {"": mapper}   # camera ("": the one) -> its Mapper
+        self._unresolved = set(self.mounts)
+        self.mount_refusals: dict[str, str] = {}   # camera -> why TF's mount was refused, while it matters
         # Side inputs never wait behind an image callback, nor it behind them.
         group = MutuallyExclusiveCallbackGroup()
         def tf_refused(text: str) -> None:
@@ -108,13 +112,13 @@ class RobotLink:
         alone clears nothing: the frames still queued keep their odometry."""
         self.mapper.add_odometry(stamp_ns, pose, went_back_ok=self.clock.has_image)
 
-    def before_frame(self, frame) -> None:
-        """On the worker, before the Mapper sees ``frame``: the mount (first frame only) and, from
-        TF, the robot's odometry at the frame's stamp."""
-        if not self.mount_resolved:
-            self.mount_resolved = True
-            self._resolve_mount(frame.frame_id)
-            if not self.from_tf and self.lookup is not None:
+    def before_frame(self, frame, camera: str = "") -> None:
+        """On the worker, before the Mapper sees ``frame`` (of a rig's ``camera``): the mount (the
+        camera's first frame only) and, from TF, the robot's odometry at the frame's stamp."""
+        if camera in self._unresolved:
+            self._unresolved.discard(camera)
+            self._resolve_mount(frame.frame_id, camera)
+            if not self._unresolved and not self.from_tf and self.lookup is not None:
                 # The mount is looked up once: a listener kept on /tf would decode every transform
                 # of the robot's tree (and of others) for nothing, beside the image path.
                 self.lookup.destroy()
@@ -137,23 +141,24 @@ class RobotLink:
             self.node.get_logger().warning(str(error), throttle_duration_sec=5.0)
             return None
 
-    def _resolve_mount(self, frame_id: str) -> None:
+    def _resolve_mount(self, frame_id: str, camera: str) -> None:
         logger, base = self.node.get_logger(), self.cfg.base_frame
+        whose = f"camera {camera}: " if camera else ""
         found = self.lookup.lookup(base, frame_id) if self.lookup is not None and frame_id else None
-        pose = self._checked(found, f"camera mount {base} -> {frame_id}", MAX_MOUNT_M)
+        pose = self._checked(found, f"{whose}camera mount {base} -> {frame_id}", MAX_MOUNT_M)
         if pose is not None:
-            self.mapper.set_camera_mount(pose, f"TF {base} -> {frame_id}")
-            logger.info(f"camera mount from TF: {base} -> {frame_id}")
+            self.mounts[camera].set_camera_mount(pose, f"TF {base} -> {frame_id}")
+            logger.info(f"{whose}camera mount from TF: {base} -> {frame_id}")
             return
         if found is not None or (self.lookup is not None and self.lookup.last_refused):
             # TF has one, refused (here or in the lookup): the map is built on the parameter instead
-            self.mount_refusal = (f"the camera mount {base} -> {frame_id} on TF was refused ("
-                                  f"{self.counters.last_refusal.get('tf_rejected', '')}): the camera_mount "
-                                  "parameter is used")
+            self.mount_refusals[camera] = (
+                f"{whose}the camera mount {base} -> {frame_id} on TF was refused ("
+                f"{self.counters.last_refusal.get('tf_rejected', '')}): the camera_mount parameter is used")
             why = "refused"
         else:
             why = (self.lookup.last_failure if self.lookup is not None else self.lookup_failure) or "no frame_id"
-        logger.info(f"camera mount from the camera_mount parameter ({self.mapper.settings.camera_mount}): "
+        logger.info(f"{whose}camera mount from the camera_mount parameter ({self.mapper.settings.camera_mount}): "
                     f"no TF {base} -> {frame_id or '(image without frame_id)'} ({why})")
 
     def publish(self, output) -> None:
@@ -176,8 +181,7 @@ class RobotLink:
                 and not self.counters.snapshot()["odometry_received"]):
             out.append(f"{self.odometry_topic}: no odometry received (needed by tf_mode {self.cfg.tf_mode} / "
                        f"scale_source {self.mapper.settings.scale_source}); check the remap and the publisher")
-        if self.mount_refusal:
-            out.append(self.mount_refusal)
+        out.extend(self.mount_refusals.values())
         if self.tf is not None and self.tf.skipping:
             out.append(self.tf.describe())
         return out

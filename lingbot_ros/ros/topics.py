@@ -23,9 +23,14 @@ class InputTopics:
     camera_info: str | None    # None when camera_info is not used
 
 
+def camera_topic(camera: str, name: str) -> str:
+    """A rig camera's topic ``name`` (image, pose, depth/image), unresolved: ~/<camera>/<name>."""
+    return f"~/{camera}/{name}"
+
+
 def image_topic(camera: str | None = None) -> str:
     """The node's unresolved image topic: ``~/image``, or ``~/<camera>/image`` for a rig's camera."""
-    return f"~/{camera}/image" if camera else IMAGE_TOPIC
+    return camera_topic(camera, "image") if camera else IMAGE_TOPIC
 
 
 def transport_topic(raw_topic: str, image_transport: str) -> str:

@@ -16,7 +16,21 @@ from typing import Callable
 MAX_COMMANDS = 64
 
 
-class FrameInbox:
+class Inbox:
+    """What the worker's inboxes share: a condition over their items, and ``close``."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def close(self) -> None:
+        """Wake and release any producer blocked in put (deactivate, shutdown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class FrameInbox(Inbox):
     """Newest-frame-wins slot (``keep_all=False``) or a bounded FIFO (``keep_all=True``).
 
     ``put`` returns how many waiting frames it dropped (0 or 1). In FIFO mode it never drops: it
@@ -25,12 +39,11 @@ class FrameInbox:
 
     def __init__(self, keep_all: bool, capacity: int, merge: Callable | None = None):
         """``merge(new, dropped)``: the item that takes a dropped one's place (newest-frame-wins)."""
+        super().__init__()
         self.keep_all = keep_all
         self.capacity = capacity if keep_all else 1
         self._merge = merge
         self._items: collections.deque = collections.deque()
-        self._cond = threading.Condition()
-        self._closed = False
 
     def put(self, item) -> int:
         """Queue ``item``; return how many frames this dropped. A closed inbox (deactivated)
@@ -67,12 +80,6 @@ class FrameInbox:
             self._items.clear()
             self._cond.notify_all()
             return count
-
-    def close(self) -> None:
-        """Wake and release any producer blocked in put (deactivate, shutdown)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
 
     def __len__(self) -> int:
         return len(self._items)
