@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--frames", type=int, default=60,
                         help="publish and process exactly N frames (with --cameras: N per camera)")
     parser.add_argument("--rate", type=float, default=10.0, help="camera frames per second")
-    parser.add_argument("--out", default="out", help="directory for map.ply and trajectory.tum")
+    parser.add_argument("--out", default="out", help="directory for map.ply, preview.png and trajectory.tum "
+                                                     "(with --cameras: trajectory_NAME.tum per camera)")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after S seconds")
     return parser
 
