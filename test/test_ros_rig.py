@@ -34,7 +34,8 @@ def loop_jpegs(shared_dir, count: int) -> list[bytes]:
 
 
 def publisher(ros, topic: str):
-    pub = ros.node.create_publisher(CompressedImage, topic, QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    pub = ros.node.create_publisher(CompressedImage, topic,
+                                    QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
     ros.wait(pub.get_subscription_count, f"the node's subscription to {topic}")
     return pub
 
@@ -111,8 +112,8 @@ def test_two_cameras_one_map_one_tf_owner(ros, tiny, shared_dir, tmp_path):
     for msg in frames(courthouse_jpegs(shared_dir, count + more)[count:], 100.0 + 0.1 * count, "front_optical"):
         front.publish(msg)
         time.sleep(0.1)
-    status = ros.wait(lambda: ros.settled_with(2 * count + more), f"{more} more front frames without the back camera",
-                      timeout=120)
+    status = ros.wait(lambda: ros.settled_with(2 * count + more),
+                      f"{more} more front frames without the back camera", timeout=120)
     assert status.frames_rejected == 1 and status.frames_failed == 0 and status.restarts == 0
     assert len(ros.poses) == count + more and len(poses["back"]) == count
     ros.wait(lambda: f"back: {count + 1} received, {count} processed, 0 dropped, 1 rejected" in diagnostics_text(ros)
@@ -161,7 +162,8 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
     front = publisher(ros, "/map_node/front/image/compressed")
     back = publisher(ros, "/map_node/back/image/compressed")
     jpegs = courthouse_jpegs(shared_dir, 12)   # 5 groups (past the 3 of phase 1), one more after the resume
-    for front_msg, back_msg in zip(frames(jpegs[:5], 100.0, "front_optical"), frames(jpegs[6:11], 100.0, "back_optical")):
+    for front_msg, back_msg in zip(frames(jpegs[:5], 100.0, "front_optical"),
+                                   frames(jpegs[6:11], 100.0, "back_optical")):
         front.publish(front_msg)
         back.publish(back_msg)
     before = ros.wait(lambda: ros.settled_with(10), "5 groups of 2 frames").frames_processed

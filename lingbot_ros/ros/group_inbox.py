@@ -17,6 +17,10 @@ from lingbot_ros.mapping.rig.grouping import FrameGrouper, GroupingSettings, Ref
 from lingbot_ros.ros.worker import Inbox
 
 
+# A Refusal's kind for a frame that came after deactivate (counted as dropped, like FrameInbox's).
+CLOSED = "closed"
+
+
 class GroupInbox(Inbox):
     def __init__(self, settings: GroupingSettings):
         super().__init__()
@@ -32,7 +36,7 @@ class GroupInbox(Inbox):
                 while self._grouper.pending()[camera] >= self.settings.queue_size and not self._closed:
                     self._cond.wait(0.1)
             if self._closed:
-                return [Refusal(camera, frame.stamp_ns, "closed", f"camera {camera!r}: the node is not active")]
+                return [Refusal(camera, frame.stamp_ns, CLOSED, f"camera {camera!r}: the node is not active")]
             refusals = self._grouper.add(camera, frame)
             self._cond.notify_all()
             return refusals

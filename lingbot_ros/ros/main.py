@@ -64,7 +64,7 @@ def _run(args) -> int:
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         node = MapNode()
-        executor = MultiThreadedExecutor(num_threads=4)
+        executor = MultiThreadedExecutor(num_threads=node.executor_threads())
         executor.add_node(node)
         if node.get_parameter("autostart").value:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:

@@ -34,6 +34,7 @@ from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import FAILED, REJECTED, InputFrame
 from lingbot_ros.mapping.rig.cameras import check_rig_settings
+from lingbot_ros.mapping.rig.grouping import MAX_CAMERAS
 from lingbot_ros.mapping.rig.rig_mapper import RigMapper
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.warmup_size import AUTO, warmup_size
@@ -73,6 +74,7 @@ class MapNode(LifecycleNode):
         self.camera_counters: dict[str, Counters] = {}
         self.camera_outputs: dict[str, CameraOutputs] = {}
         self._scales_pending = threading.Event()   # one refresh of the rig's scales queued at most
+        self._camera_groups: dict[str, MutuallyExclusiveCallbackGroup] = {}   # each camera's image callbacks
         self.cfg: params.NodeSettings | None = None
         self.counters = Counters()
         self.health = Health()
@@ -107,6 +109,14 @@ class MapNode(LifecycleNode):
                 "lingbot_ros interfaces (MapStatus, SaveMap) are not built: status goes to /diagnostics "
                 "only and ~/save_map is a std_srvs/Trigger writing to save_directory. Run "
                 "scripts/setup.sh (venv) or colcon build to generate them.")
+
+    def executor_threads(self) -> int:
+        """Threads for the node's executor: 4, and one more per camera of a rig, whose image
+        callbacks have a group each: a camera whose queue is full holds its callback's thread
+        (back-pressure on its publisher) while the others, services and timers go on. A bad
+        ``cameras`` value counts none here: configure refuses it."""
+        cameras = self.get_parameter("cameras").value
+        return 4 + (len(cameras) if isinstance(cameras, list) and len(cameras) <= MAX_CAMERAS else 0)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -279,14 +289,14 @@ class MapNode(LifecycleNode):
 
     def _subscribe_rig(self) -> None:
         """Each camera's inputs (~/<name>/image ...) into a new GroupInbox (its kind follows the
-        input parameters, taken at activate). A camera's frames and refusals count as its own and
-        in the node's totals."""
+        input parameters, taken at activate), in a callback group of its own (executor_threads).
+        A camera's frames and refusals count as its own and in the node's totals."""
         self.worker.inbox = inbox = GroupInbox(self.cfg.grouping())
         for camera in self.cfg.cameras:
+            group = self._camera_groups.setdefault(camera, MutuallyExclusiveCallbackGroup())
             self.camera_inputs[camera] = Inputs(
                 self, self.cfg, Fanout(self.counters, self.camera_counters[camera]),
-                lambda frame, camera=camera: len(inbox.put(camera, frame)), self._image_group, camera)
-
+                lambda frame, camera=camera: len(inbox.put(camera, frame)), group, camera)
 
     # -- worker side --------------------------------------------------------------------------
 
@@ -409,9 +419,13 @@ class MapNode(LifecycleNode):
                  if counters.last_received_s is None or now - counters.last_received_s > self.cfg.stale_after_s}
         if len(quiet) == len(self.camera_counters):
             return []
-        return [f"camera {camera}: no image on {self.camera_inputs[camera].image_topic if camera in self.camera_inputs else camera} "
-                + ("yet" if last is None else f"for {now - last:.1f} s") + " (the other cameras go on mapping)"
-                for camera, last in quiet.items()]
+        texts = []
+        for camera, last in quiet.items():
+            inputs = self.camera_inputs.get(camera)
+            topic = inputs.image_topic if inputs is not None else f"~/{camera}/image"
+            quiet_for = "yet" if last is None else f"for {now - last:.1f} s"
+            texts.append(f"camera {camera}: no image on {topic} {quiet_for} (the other cameras go on mapping)")
+        return texts
 
     def lifecycle_text(self) -> str:
         label = self._state_machine.current_state[1]
