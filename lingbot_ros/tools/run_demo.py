@@ -258,7 +258,7 @@ def _main(argv) -> int:
         *rig,
     ])
     client_node = rclpy.create_node("lingbot_demo")
-    executor = MultiThreadedExecutor(num_threads=4)
+    executor = MultiThreadedExecutor(num_threads=node.executor_threads())   # as lingbot-ros-node: one more per camera
     executor.add_node(node)
     executor.add_node(client_node)
     spin = BackgroundSpin(executor, node.get_logger()).start()
