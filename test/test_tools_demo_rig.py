@@ -66,6 +66,27 @@ def test_two_cameras_by_default_courthouse_and_loop_one_saved_map(ros, tmp_path,
     assert "note: random-weight model" in output
 
 
+@pytest.mark.ros
+@pytest.mark.slow
+def test_one_sequence_on_both_cameras_the_primary_chosen(ros, tmp_path, shared_data):
+    """The same frames on both cameras (--source twice), back the primary: front's scale against
+    it is 1 and the two saved trajectories are one."""
+    loop = shared_data("loop_jpg")
+    out = tmp_path / "out"
+    demo = ros.start("demo", ["-m", "lingbot_ros.tools.run_demo", "--cameras", "front,back", "--primary-camera", "back",
+                              "--source", str(loop), "--source", str(loop), "--frames", str(FRAMES), "--rate", "20",
+                              "--out", str(out)])
+    assert demo.wait(300) == 0, ros.output(demo)[-3000:]
+    lines = ros.output(demo).splitlines()
+    assert next(line for line in lines if line.startswith("  camera back:")).endswith("the map's scale (primary)")
+    front_line = next(line for line in lines if line.startswith("  camera front:"))
+    scale = re.search(r"scale against back: ([0-9.e+-]+) from (\d+) base poses", front_line)
+    assert scale and float(scale.group(1)) == pytest.approx(1.0, rel=1e-4) and int(scale.group(2)) == FRAMES, front_line
+    front, back = read_tum(out / "trajectory_front.tum"), read_tum(out / "trajectory_back.tum")
+    assert (front.stamps_ns() == back.stamps_ns()).all() and len(front) == FRAMES
+    np.testing.assert_allclose(front.poses(), back.poses(), atol=1e-4)
+
+
 @pytest.mark.parametrize("argv, reason", [
     (["--cameras", "front,back", "--source", "synthetic:160x120"],
      "--source given 1 times for 2 cameras: one per camera, in the order of --cameras"),
