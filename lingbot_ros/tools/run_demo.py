@@ -130,7 +130,7 @@ def open_cameras(args, names: tuple[str, ...]) -> list[DemoCamera]:
     cameras = []
     for index, name in enumerate(names or ("",)):
         spec, found_by = choose_source(args.source[index] if args.source else None,
-                                       RIG_IMAGES[index % len(RIG_IMAGES)] if names else DEFAULT_IMAGES)
+                                       RIG_IMAGES[index % len(RIG_IMAGES)])   # the single camera: the first
         try:
             cameras.append(DemoCamera(name, open_source(spec, rate_hz=args.rate), found_by))
         except (SourceError, ValueError) as error:
