@@ -1,6 +1,8 @@
 """map_node with a camera rig (parameter cameras, issue 29) over real DDS: two cameras fed with two
 real sequences, each camera's poses on its own topic, the primary's alone on ~/pose and TF, one
 saved map; a silent camera does not stop the other; hostile cameras refused at configure."""
+import subprocess
+import sys
 import time
 
 import cv2
@@ -239,11 +241,13 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
 
 def test_two_bags_replayed_into_a_rig_save_one_map(ros, tiny, shared_dir, tmp_path):
     """The issue's proof run: lingbot-ros-replay plays two real bags as the rig's two cameras;
-    every frame of both is processed, and ~/save_map writes one map with both trajectories."""
+    every frame of both is processed, ~/save_map writes one map with both trajectories, and the map
+    database holds the rig (lingbot-ros-map info, a reader of its own, lists both cameras)."""
     fixture, courthouse = tiny
     loop = shared_dir / "data" / "loop_bag"
     assert loop.is_dir(), loop
-    node = ros.start_node(fixture, *RIG)
+    database = tmp_path / "rig.db"
+    node = ros.start_node(fixture, *RIG, f"map_database:={database}")
     ros.wait(lambda: ros.statuses, "the node's first status")
     replay = ros.start("replay", ["-m", "lingbot_ros.tools.replay", str(courthouse), str(loop), "--camera", "front",
                                   "--camera", "back", "--duration", "1.5", "--rate", "2",
@@ -257,6 +261,13 @@ def test_two_bags_replayed_into_a_rig_save_one_map(ros, tiny, shared_dir, tmp_pa
     xyz, _ = read_ply(saved.ply_path)
     assert len(xyz) == saved.num_points > 0
     interrupt_and_check_exit(ros, node)
+    info = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.map_db", "info", str(database)],
+                          capture_output=True, text=True, timeout=120, env=ros.env)
+    assert info.returncode == 0, info.stderr
+    lines = info.stdout.splitlines()
+    assert lines[1].startswith("rig 1: clean; 2 cameras"), info.stdout
+    assert lines[2].startswith("  camera front (primary): run 1;") and "15 frames" in lines[2], info.stdout
+    assert lines[3].startswith("  camera back: run 2;") and "15 frames" in lines[3], info.stdout
 
 
 def test_a_camera_topic_of_another_type_refused_at_configure(ros, tiny):

@@ -49,9 +49,9 @@ def test_two_cameras_by_default_courthouse_and_loop_one_saved_map(ros, tmp_path,
     scale = re.search(r"scale against front: ([0-9.e+-]+) from (\d+) base poses matched by stamp", back_line)
     assert scale and int(scale.group(2)) == FRAMES, back_line
 
-    # The saved files, read back: one map, one trajectory per camera (no map database for a rig).
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith("windows_")) == [
-        "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum"]
+    # The saved files, read back: one map, one trajectory per camera (and the rig's map database beside them).
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(("windows_", "map.db-"))) == [
+        "map.db", "map.ply", "preview.png", "trajectory_back.tum", "trajectory_front.tum"]
     saved = next(line for line in lines if line.startswith("saved:"))
     xyz, rgb = read_ply(out / "map.ply")
     assert f"wrote {len(xyz)} points to {out / 'map.ply'}" in saved and len(xyz) > 0 and len(rgb) == len(xyz)

@@ -50,8 +50,7 @@ from lingbot_ros.ros.input_checks import ImageClock
 from lingbot_ros.ros.inputs import BAD_INPUT_LOG_PERIOD_S, Inputs
 from lingbot_ros.ros.output_thread import OutputThread, to_host
 from lingbot_ros.ros.outputs import MapStatus, Outputs, PathCache
-from lingbot_ros.ros.rig import (CameraOutputs, RigFront, camera_lines, camera_summary, labelled,
-                                 without_default_database)
+from lingbot_ros.ros.rig import CameraOutputs, RigFront, camera_lines, camera_summary, labelled
 from lingbot_ros.ros.robot_link import RobotLink
 from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.status import diagnostic_array, fill_status, totals
@@ -178,18 +177,13 @@ class MapNode(LifecycleNode):
 
     def _rig_settings(self, settings: MapperSettings) -> MapperSettings:
         """A rig's settings, or SettingsError saying what to change: its cameras' topics carry
-        images (ros/cameras.py), and no map database yet (mapping/rig/cameras.py): the default
-        one is turned off with a warning, one the user set is refused."""
+        images (ros/cameras.py), and what a rig refuses of the mapping settings (mapping/rig/cameras.py)."""
         errors = wrong_types(self.get_topic_names_and_types(),
                              expected_types(self, self.cfg.cameras, self.cfg.image_transport))
         if errors:
             raise SettingsError("; ".join(errors))
-        rig_settings = without_default_database(settings)
-        if rig_settings is not settings:
-            self.get_logger().warning("cameras: a camera rig has no map database yet, so map_database (the "
-                                      "default) is off; ~/save_map saves the rig's one map")
-        check_rig_settings(rig_settings)
-        return rig_settings
+        check_rig_settings(settings)
+        return settings
 
     def _warm_up(self, settings) -> None:
         """The warm-up on the images' size where it is known (mapping/warmup_size.py's rule)."""

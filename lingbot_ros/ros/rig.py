@@ -20,7 +20,6 @@ from sensor_msgs.msg import CameraInfo, Image
 from lingbot_ros.mapping.records import STATE_NAMES, StepOutcome
 from lingbot_ros.mapping.rig.records import RigScale, SavedRigMap
 from lingbot_ros.mapping.rig.rig_mapper import RigMapper
-from lingbot_ros.mapping.settings import MapperSettings
 from lingbot_ros.ros import messages, topics
 from lingbot_ros.ros.outputs import publish_image
 from lingbot_ros.ros.qos import OUTPUT_QOS
@@ -64,14 +63,6 @@ def labelled(outcomes: dict[str, StepOutcome]) -> StepOutcome:
     notices = [dataclasses.replace(notice, text=f"camera {camera}: {notice.text}")
                for camera, outcome in outcomes.items() for notice in outcome.notices]
     return StepOutcome(notices=notices)
-
-
-def without_default_database(settings: MapperSettings) -> MapperSettings:
-    """A rig has no map database yet (mapping/rig/cameras.py refuses one): the default
-    map_database is off for it; one the user set stays, to be refused with its reason."""
-    if settings.map_database and settings.map_database == MapperSettings().map_database:
-        return dataclasses.replace(settings, map_database="")
-    return settings
 
 
 class RigFront:
@@ -118,7 +109,6 @@ class RigFront:
 
     def apply_live(self, settings) -> None:
         # Between rig verbs no camera thread runs: each camera's Mapper takes them as one would.
-        settings = without_default_database(settings)   # as at configure
         for camera in self.rig.cameras:
             self.rig.camera(camera).apply_live(settings)
         self.rig.settings = settings

@@ -252,9 +252,8 @@ def _main(argv) -> int:
         Parameter("warmup_image_size", value=warm.text),
         Parameter("save_directory", value=os.path.abspath(args.out)),   # relative ones are under $ROS_HOME
         Parameter("process_all_frames", value=True),
-        # The demo's run goes beside its saved map, not into the user's ~/.ros (a rig has no
-        # map database yet: mapping/rig/cameras.py).
-        Parameter("map_database", value="" if names else str(Path(args.out).resolve() / "map.db")),
+        # The demo's run goes beside its saved map, not into the user's ~/.ros.
+        Parameter("map_database", value=str(Path(args.out).resolve() / "map.db")),
         *rig,
     ])
     client_node = rclpy.create_node("lingbot_demo")
