@@ -153,6 +153,9 @@ def test_hostile_cameras_refused_at_configure(ros, tiny, cameras, reason):
     fixture, _ = tiny
     primary = ["primary_camera:=rear"] if "primary_camera" in reason else []
     node = ros.start_node(fixture, f"cameras:={cameras}", *primary, autostart=False)
+    # The node is up and its services matched both ways (a read, retried): Fast DDS drops the
+    # response of a request sent before that on a loaded machine (CI: change_state timed out).
+    assert ros.state() == "unconfigured"
     ros.transition(Transition.TRANSITION_CONFIGURE, "unconfigured", succeeds=False)
     assert "configure failed, fix the parameters: invalid parameters: " in ros.output(node)
     assert reason in ros.output(node)
@@ -174,6 +177,7 @@ def test_rig_lifecycle_services_and_mounts_from_tf(ros, tiny, shared_dir, tmp_pa
         transform_stamped(pose, stamp_msg(1), "base_link", child) for child, pose in mounts.items()]))
     node = ros.start_node(fixture, *RIG, "primary_camera:=back", "warmup:=true", "warmup_image_size:=518x294",
                           "use_camera_info:=true", "camera_info_qos:=reliable", autostart=False)
+    assert ros.state() == "unconfigured"   # up and matched, as above
     ros.transition(Transition.TRANSITION_CONFIGURE, "inactive")
     ros.transition(Transition.TRANSITION_ACTIVATE, "active")
     assert "warm-up done" in ros.output(node)
