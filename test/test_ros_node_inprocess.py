@@ -18,7 +18,6 @@ rclpy = need_module("rclpy", module_level=True)
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.context import Context  # noqa: E402
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
@@ -28,6 +27,7 @@ from helpers import SETUP, background_spin, missing, need_path, stamp_ns, unpack
 
 from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation, rotation_to_quaternion  # noqa: E402
 from lingbot_ros.io.image_codec import fill_image, image_to_rgb  # noqa: E402
+from lingbot_ros.ros.executor import PoolExecutor  # noqa: E402
 from lingbot_ros.ros.node import MapNode, MapStatus  # noqa: E402
 
 if MapStatus is None:
@@ -72,7 +72,7 @@ class Live:
                                                   reliability=ReliabilityPolicy.RELIABLE))
         self.diagnostics: list = []
         self.probe.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
-        self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
+        self.executor = PoolExecutor(3, context=self.context)
         self.executor.add_node(self.node)
         self.executor.add_node(self.probe)
         self.spin = background_spin(self.executor)

@@ -17,11 +17,11 @@ rclpy = need_module("rclpy", module_level=True)
 tf2_msgs = need_module("tf2_msgs.msg", module_level=True)
 from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.context import Context  # noqa: E402
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 
 from helpers import (BASE_OPTICAL, BASE_TO_LINK, LINK_TO_OPTICAL, OPTICAL_BASE, RZ90, H, rigid,  # noqa: E402
                      background_spin, transform_matrix, wait_until)
 
+from lingbot_ros.ros.executor import PoolExecutor  # noqa: E402
 from lingbot_ros.ros.messages import transform_stamped  # noqa: E402
 from lingbot_ros.ros.qos import TF_QOS, TF_STATIC_QOS  # noqa: E402
 from lingbot_ros.ros.tf_lookup import TfLookup  # noqa: E402
@@ -75,7 +75,7 @@ class Ros:
     def __init__(self):
         self.context = Context()
         rclpy.init(context=self.context, domain_id=random.SystemRandom().randint(1, 100))
-        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        self.executor = PoolExecutor(2, context=self.context)
         self.nodes = []
         self.spin = background_spin(self.executor)
 

@@ -52,10 +52,11 @@ def main(args=None) -> int:
 def _run(args) -> int:
     with interrupts.importing():
         import rclpy
-        from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, ShutdownException
+        from rclpy.executors import ExternalShutdownException, ShutdownException
         from rclpy.lifecycle import TransitionCallbackReturn
         from rclpy.signals import SignalHandlerOptions
 
+        from lingbot_ros.ros.executor import PoolExecutor
         from lingbot_ros.ros.node import MapNode
         from lingbot_ros.ros.spinning import shut_down_executor, spin_once_guarded
 
@@ -64,7 +65,7 @@ def _run(args) -> int:
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         node = MapNode()
-        executor = MultiThreadedExecutor(num_threads=node.executor_threads())
+        executor = PoolExecutor(node.executor_threads())
         executor.add_node(node)
         if node.get_parameter("autostart").value:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:

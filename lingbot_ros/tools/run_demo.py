@@ -231,12 +231,12 @@ def _main(argv) -> int:
         print(f"lingbot-ros-demo: warning: {warm.warning}", file=sys.stderr)
 
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
     from rclpy.signals import SignalHandlerOptions
 
     from lingbot_ros.ros import topics
+    from lingbot_ros.ros.executor import PoolExecutor
     from lingbot_ros.ros.node import MapNode
     from lingbot_ros.ros.services import SaveMap
     from lingbot_ros.ros.spinning import BackgroundSpin
@@ -257,7 +257,7 @@ def _main(argv) -> int:
         *rig,
     ])
     client_node = rclpy.create_node("lingbot_demo")
-    executor = MultiThreadedExecutor(num_threads=node.executor_threads())   # as lingbot-ros-node: one more per camera
+    executor = PoolExecutor(node.executor_threads())   # as lingbot-ros-node: one more per camera
     executor.add_node(node)
     executor.add_node(client_node)
     spin = BackgroundSpin(executor, node.get_logger()).start()
