@@ -4,13 +4,16 @@
 # random weights, 518x378), through the ROS bundle of bench/ros_runtime_bundle.sh (carry .gpu_ros).
 # Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
 #
-#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [tests] [raw] [compressed]
+#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [tests] [raw] [compressed]
 set -u
-mkdir -p /tmp/ros312 && tar -xJf .gpu_ros/ros312.tar.xz -C /tmp/ros312 && . /tmp/ros312/ros312/env.sh
-export PYTHONPATH=$PYTHONPATH:/tmp/site   # the bundle's env.sh set it to the repo and the bundle
-steps=${*:-tests raw compressed}
+[ -d /tmp/ros312/ros312 ] || { echo "carry .gpu_ros and source bench/device/setup.sh first"; exit 1; }
+steps=${*:-dds tests raw compressed}
 for step in $steps; do
   case $step in
+    dds)
+      # Fast DDS alone (no node): which transport carries 587 KB images between two processes here.
+      (id; df -B1M /dev/shm; mount | grep -E 'shm|tmpfs'; ulimit -a) > "$OUT/dds_env.txt" 2>&1
+      $PY bench/dds_transport.py --seconds 5 2>&1 | tee "$OUT/dds_transport.md" ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider test/test_cache_flashinfer.py test/test_stream_frame_graph.py \
         test/test_mapping_mapper_gpu.py test/test_stream_multi_gpu.py test/test_mapping_rig_gpu.py \
