@@ -4,7 +4,7 @@
 # random weights, 518x378), through the ROS bundle of bench/ros_runtime_bundle.sh (carry .gpu_ros).
 # Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
 #
-#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [tests] [raw] [compressed]
+#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed]
 set -u
 [ -d /tmp/ros312/ros312 ] || { echo "carry .gpu_ros and source bench/device/setup.sh first"; exit 1; }
 steps=${*:-dds tests raw compressed}
@@ -14,6 +14,9 @@ for step in $steps; do
       # Fast DDS alone (no node): which transport carries 587 KB images between two processes here.
       (id; df -B1M /dev/shm; mount | grep -E 'shm|tmpfs'; ulimit -a) > "$OUT/dds_env.txt" 2>&1
       $PY bench/dds_transport.py --seconds 5 2>&1 | tee "$OUT/dds_transport.md" ;;
+    startup)
+      # Issue 26 target 5: a released-size checkpoint file, lingbot-ros-prebuild, two node starts.
+      $PY bench/startup_gpu.py 2>&1 | tee "$OUT/startup.txt" | tail -6 ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider test/test_cache_flashinfer.py test/test_stream_frame_graph.py \
         test/test_mapping_mapper_gpu.py test/test_stream_multi_gpu.py test/test_mapping_rig_gpu.py \
