@@ -86,8 +86,8 @@ def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefi
     seen.step(frames[15])
     seen.rollback_last_frame()
     seen.rollback_last_frame()
-    assert seen.stats()["frames_stored"] == before["frames_stored"]
-    assert seen.stats()["camera_cache_frames"] == before["camera_cache_frames"]
+    assert seen.stats().frames_stored == before.frames_stored
+    assert seen.stats().camera_cache_frames == before.camera_cache_frames
     assert_same(run(seen, frames[prefix:prefix + 4]), run(fresh, frames[prefix:prefix + 4]))
 
 
@@ -97,7 +97,7 @@ def test_rollback_limits(model, frames):
         session.rollback_last_frame()
     session.step(frames[0]), session.step(frames[1])
     session.rollback_last_frame()                      # drops the newest buffered frame
-    assert session.stats()["frames_buffered"] == 1
+    assert session.stats().frames_buffered == 1
     run(session, frames[1:3])
     with pytest.raises(NothingToRollback, match="phase-1"):
         session.rollback_last_frame()
@@ -124,12 +124,12 @@ def test_a_new_window_after_reset_reuses_every_buffer(model):
     assert kv.buffers_version[0] > 0 and camera.generation == 1 and camera.capacity == 128
     stats = session.stats()
     # K and V x 8 caches (2 iterations x 4 trunk blocks) x 70 rows x 16 heads x 16 dims x 4 bytes.
-    assert stats["camera_cache_bytes_in_use"] == 2 * 8 * 70 * 16 * 16 * 4
+    assert stats.camera_cache_bytes_in_use == 2 * 8 * 70 * 16 * 16 * 4
     session.reset()
     assert session._global_cache() is kv
     assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
     stats = session.stats()                     # what the new stream holds: nothing yet
-    assert stats["kv_cache"].bytes_in_use == 0 and stats["camera_cache_bytes_in_use"] == 0
+    assert stats.kv_cache.bytes_in_use == 0 and stats.camera_cache_bytes_in_use == 0
     again = run(session, long)
     assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
     assert_same(again, run(StreamingSession(model, small()), long), atol=0)
@@ -290,7 +290,7 @@ def test_fp8_kv_cache_runs_close_to_float32_in_half_the_memory(model, frames):
         b = torch.stack([getattr(r, key) for r in ref])
         assert torch.isfinite(a).all()
         assert 0 < ((a - b).norm() / b.norm()) < 0.05, key
-    full, half = (s.stats()["kv_cache"].bytes_allocated for s in (ref_session, fp8_session))
+    full, half = (s.stats().kv_cache.bytes_allocated for s in (ref_session, fp8_session))
     assert half * 4 == full
 
 
@@ -354,7 +354,7 @@ def test_frame_pages_are_those_the_eviction_mode_uses(model, frames, defer):
     holds pages for its deferral budget (and its outputs do not depend on it: test above)."""
     session = StreamingSession(model, small(defer_evictions=defer))
     run(session, frames[:10])                    # 2 anchors + window 3 full, 5 frames evicted
-    kv = session.stats()["kv_cache"]
+    kv = session.stats().kv_cache
     budget = CacheSpec.deferred_capacity if defer else 0
     assert kv.anchor_pages + kv.window_pages == 5
     assert kv.free_pages + kv.pending_pages == 1 + budget

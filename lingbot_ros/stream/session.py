@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from ..cache import (CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention,
+from ..cache import (CacheExhausted, CacheSpec, CacheStats, NothingToRollback, PagedKVCache, PartialAttention,
                      StreamCacheView)
 from ..model.lingbot_map import LingBotMap
 from .frame_compute import FrameCompute, StepOutputs
@@ -44,6 +44,21 @@ class CacheUsage:
     pages: int              # KV pages in use: anchor, window, pending evictions, special
     bytes_allocated: int    # KV and camera cache memory allocated
     bytes_in_use: int       # of it, in use (a reset keeps the buffers)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionStats:
+    """Everything the session counts, for diagnostics, benchmarks and tests (``stats``)."""
+
+    frames_seen: int                 # frames with results since the last reset
+    frames_stored: int               # frames appended to the caches (the 3D-RoPE index)
+    frames_buffered: int             # phase-1 frames waiting for the scale batch
+    camera_cache_frames: int
+    camera_cache_bytes: int          # allocated
+    camera_cache_bytes_in_use: int   # the stored frames' rows
+    kv_cache: Optional[CacheStats]   # None until the first step allocates the global cache
+    graph_captures: int              # CUDA graphs captured (0 without them)
+    graph_capture_seconds: float
 
 
 class StreamingSession:
@@ -145,18 +160,15 @@ class StreamingSession:
         self._stored = 0           # frames appended to the caches = next 3D-RoPE time index
         self._warned_rope_range = False
 
-    def stats(self) -> dict:
-        return {
-            "frames_seen": self._frames_seen,
-            "frames_stored": self._stored,
-            "frames_buffered": len(self._buffer),
-            "camera_cache_frames": self._camera.length,
-            "camera_cache_bytes": self._camera.nbytes(),
-            "camera_cache_bytes_in_use": self._camera.nbytes_in_use(),
-            "kv_cache": self._cache.stats() if self._cache is not None else None,
-            "graph_captures": self._graph.captures if self._graph is not None else 0,
-            "graph_capture_seconds": self._graph.capture_seconds if self._graph is not None else 0.0,
-        }
+    def stats(self) -> SessionStats:
+        graph = self._graph
+        return SessionStats(
+            frames_seen=self._frames_seen, frames_stored=self._stored, frames_buffered=len(self._buffer),
+            camera_cache_frames=self._camera.length, camera_cache_bytes=self._camera.nbytes(),
+            camera_cache_bytes_in_use=self._camera.nbytes_in_use(),
+            kv_cache=self._cache.stats() if self._cache is not None else None,
+            graph_captures=graph.captures if graph is not None else 0,
+            graph_capture_seconds=graph.capture_seconds if graph is not None else 0.0)
 
     def usage(self) -> CacheUsage:
         kv = self._cache.stats() if self._cache is not None else None   # None until the first step allocates

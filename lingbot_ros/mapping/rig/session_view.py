@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from ...stream import FrameResult, StreamFrame
-from ...stream.session import CacheUsage
+from ...stream.session import CacheUsage, SessionStats
 from .baton import Baton
 
 
@@ -39,7 +39,7 @@ class StreamView:
     def usage(self) -> CacheUsage:
         return self._session.usage(self.stream)
 
-    def stats(self) -> dict:
+    def stats(self) -> SessionStats:
         return self._session.stream_stats(self.stream)
 
     @property
