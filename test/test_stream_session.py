@@ -8,6 +8,7 @@ from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.camera_cache import CameraKVCache
 from lingbot_ros.model.layers import EAGER_KERNELS, Block, BlockKernels, dense_attend
 from lingbot_ros.stream import FrameError, SettingsError, StreamingSession, StreamSettings
+from lingbot_ros.stream.session import NOTHING_STORED
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -92,15 +93,23 @@ def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefi
 
 
 def test_rollback_limits(model, frames):
+    """rollback_refusal says beforehand what rollback_last_frame does: refuse with its reason, or undo."""
     session = StreamingSession(model, small(num_scale_frames=3))
+    assert session.rollback_refusal() == NOTHING_STORED
     with pytest.raises(NothingToRollback):
         session.rollback_last_frame()
     session.step(frames[0]), session.step(frames[1])
+    assert session.rollback_refusal() == ""
     session.rollback_last_frame()                      # drops the newest buffered frame
     assert session.stats().frames_buffered == 1
     run(session, frames[1:3])
+    assert session.rollback_refusal() == NOTHING_STORED
     with pytest.raises(NothingToRollback, match="phase-1"):
         session.rollback_last_frame()
+    run(session, frames[3:4])                          # a stored phase-2 frame
+    assert session.rollback_refusal() == ""
+    session.rollback_last_frame()
+    assert session.rollback_refusal() == NOTHING_STORED
 
 
 def test_reset_equals_a_fresh_session(model, frames):

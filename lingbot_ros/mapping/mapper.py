@@ -197,7 +197,7 @@ class Mapper:
         NothingToRollback, having changed nothing, when the newest frame cannot be undone: none
         given, a phase-1 frame already placed, a frame not stored in the cache (keyframe
         interval, motion policy) or one a window runs again for its alignment."""
-        why = self._stream.rollback_refusal()
+        why = self._stream.rollback_refusal(self.session.rollback_refusal())
         if why:
             raise NothingToRollback(why)
         before = self.session.usage().frames_stored

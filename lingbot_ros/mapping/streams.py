@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+from ..stream.session import NOTHING_STORED
 from .keyframes import MotionPolicy
 from .placement.conversion import MapConversion, Placement
 from .placement.robot import RobotFrames, StreamFrames
@@ -64,12 +65,15 @@ class SessionRun:
         return sum(not p.rerun for p in self.awaiting)
 
     def rollback_refusal(self) -> str:
-        """Why the newest frame cannot be rolled back ('' if this run can undo it): a buffered
-        phase-1 frame always can; otherwise only the newest frame given, and only while stored."""
+        """Why this run cannot name the frame a session rollback would undo ('' if it can): a
+        buffered phase-1 frame always; otherwise only the newest frame given, and only while
+        stored. Whether the session holds one at all is its rule (StreamingSession.rollback_refusal,
+        asked first); the run's ``stored`` keeps the newest few only, and when they are used up it
+        answers in the session's words."""
         if self.awaiting:
             return ""
         if not self.stored:
-            return "no stored phase-2 frame to roll back (phase-1 frames need a reset)"
+            return NOTHING_STORED
         if not self.given or self.given[-1] != self.stored[-1]:
             newest = self.given[-1] if self.given else "?"
             return (f"the newest frame ({newest}) is not stored in the cache (not a keyframe): only the "
@@ -101,11 +105,13 @@ class StreamState:
             self.run.motion.min_parallax_px = settings.keyframe_min_parallax_px
         self.stamps.set_limits(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
 
-    def rollback_refusal(self) -> str:
-        """Why the newest frame cannot be rolled back ('' if it can): the session run's rule, then
-        the windows' (a frame a window runs again for its alignment)."""
+    def rollback_refusal(self, session_refusal: str) -> str:
+        """Why the newest frame cannot be rolled back ('' if it can): the session's rule
+        (``session_refusal``, its rollback_refusal()), the run's, then the windows' (a frame a
+        window runs again for its alignment)."""
         windows, buffered = self.windows, bool(self.run.awaiting)
-        return self.run.rollback_refusal() or (windows.refuses_rollback(had_result=not buffered) if windows else "")
+        return (session_refusal or self.run.rollback_refusal()
+                or (windows.refuses_rollback(had_result=not buffered) if windows else ""))
 
     def rolled_back(self) -> int | None:
         """The session rolled its newest frame back: out of the run's bookkeeping. Its index, or None

@@ -125,6 +125,10 @@ class MultiStreamSession:
         """`StreamingSession.rollback_last_frame` of one stream; the others are untouched."""
         self._session(stream).rollback_last_frame()
 
+    def rollback_refusal(self, stream: int) -> str:
+        """`StreamingSession.rollback_refusal` of one stream."""
+        return self._session(stream).rollback_refusal()
+
     def flush(self, stream: int) -> None:
         self._session(stream).flush()
 

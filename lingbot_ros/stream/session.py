@@ -32,6 +32,10 @@ GlobalCache = Union[PagedKVCache, StreamCacheView]
 CacheFactory = Callable[[CacheSpec], GlobalCache]
 
 
+# Phase-1 frames were computed together: none of them can be undone alone.
+NOTHING_STORED = "no stored phase-2 frame to roll back (phase-1 frames need a reset)"
+
+
 class FrameError(ValueError):
     """A frame the session cannot take (wrong layout, size not a multiple of the patch, size change)."""
 
@@ -126,15 +130,23 @@ class StreamingSession:
         rule continue as if the frame never came. Phase-1 frames cannot be rolled back: their
         outputs were computed together; reset() instead.
         """
+        why = self.rollback_refusal()
+        if why:
+            raise NothingToRollback(why)
         if self._buffer:
             self._buffer.pop()
             return
-        if self._stored <= self._phase1_frames:
-            raise NothingToRollback("no stored phase-2 frame to roll back (phase-1 frames need reset())")
         self._cache.rollback_last_frame()
         self._camera.rollback_last_frame()
         self._stored -= 1
         self._frames_seen -= 1
+
+    def rollback_refusal(self) -> str:
+        """Why `rollback_last_frame` would refuse, '' if it would undo a frame (a buffered one, or a
+        stored phase-2 one). The one statement of the rule: the mapping layer asks it first."""
+        if self._buffer or self._stored > self._phase1_frames:
+            return ""
+        return NOTHING_STORED
 
     def flush(self) -> None:
         """Recycle the pages of evictions deferred so far (makes them final for rollback)."""
