@@ -60,6 +60,11 @@ class SessionRun:
         return cls(collections.deque(), collections.deque(maxlen=rollback_depth * keyframe_interval + 1),
                    collections.deque(maxlen=rollback_depth), motion)
 
+    def give(self, pending: Pending) -> None:
+        """``pending`` goes to the session: the newest frame given, awaited until its result is back."""
+        self.awaiting.append(pending)
+        self.given.append(pending.index)
+
     def buffered_new(self) -> int:
         """Frames buffered for phase 1 that were never placed (not the ones a window re-runs)."""
         return sum(not p.rerun for p in self.awaiting)
