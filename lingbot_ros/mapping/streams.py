@@ -7,8 +7,8 @@ windows is one run, the windowed policy starts a new run at every window switch.
 
 ``Streams`` builds every ``StreamState``: the first one (configure, a new camera mount, a restart
 that clears the map), the next one after a restart that keeps the map, and a stored run resumed.
-It keeps what outlives a stream but not the map: the ended streams' window records and where the
-last ended stream stopped in ``map``.
+It keeps what outlives a stream but not the map, ``EndedStreams``: the ended streams' window
+records and where the last ended stream stopped in ``map``.
 
 Vocabulary (code, notices, status and diagnostics use it alike):
 
@@ -130,11 +130,18 @@ class StreamState:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class EndedStreams:
+    """What the map keeps of the streams that ended in it (replaced whole; a clear starts anew)."""
+
+    records: tuple = ()                         # their window records, oldest first
+    last_map_pose: np.ndarray | None = None     # T_M_camera where the last of them stopped
+
+
 class Streams:
     def __init__(self, settings, robot: RobotFrames, store, preprocessor):
         self.settings, self.robot, self.store, self.preprocessor = settings, robot, store, preprocessor
-        self.ended_records: list = []                   # window records of the ended streams still in the map
-        self.last_map_pose: np.ndarray | None = None    # T_M_camera where the last ended stream stopped
+        self.ended = EndedStreams()
 
     def first(self) -> StreamState:
         """A stream with no earlier one to continue from."""
@@ -159,7 +166,7 @@ class Streams:
 
     def after_clear(self) -> StreamState:
         """The map is cleared: nothing of the ended streams is left."""
-        self.ended_records, self.last_map_pose = [], None
+        self.ended = EndedStreams()
         return self.first()
 
     def after(self, ended: StreamState) -> StreamState:
@@ -168,7 +175,7 @@ class Streams:
         newest = self.store.newest_poses(1, conversion)
         last = newest[0][0].pose if newest and newest[0][1] is conversion else None   # T_I_camera
         if ended.windows is not None:
-            self.ended_records += ended.windows.records
+            self.ended = dataclasses.replace(self.ended, records=self.ended.records + tuple(ended.windows.records))
         return self._continuing(conversion, last)
 
     def _continuing(self, conversion: MapConversion, last: np.ndarray | None) -> StreamState:
@@ -180,10 +187,10 @@ class Streams:
             return self._new(*(self.robot.continuing_in(conversion, last) if last is not None
                                else self.robot.first_stream()))
         if last is not None:
-            self.last_map_pose = conversion.camera_pose(last)
+            self.ended = dataclasses.replace(self.ended, last_map_pose=conversion.camera_pose(last))
         self.store.end_stream(conversion)
-        return self._new(*(self.robot.continuing_stream(self.last_map_pose) if self.last_map_pose is not None
-                           else self.robot.first_stream()))
+        pose = self.ended.last_map_pose
+        return self._new(*(self.robot.continuing_stream(pose) if pose is not None else self.robot.first_stream()))
 
     def resumed(self, resumed, current: StreamState) -> tuple[StreamState, str]:
         """The stream a resumed run (database/resume.py) continues with, and what the status says:
@@ -214,14 +221,15 @@ class Streams:
             newest = self.store.newest_poses(1, conversion)
             if not newest:
                 return current, f"{where}: it holds no frame, a new map starts"
-            self.ended_records = list(resumed.records)
-            return self._continuing(conversion, newest[0][0].pose), f"{where}: {why}, a new stream continues from the last pose"
+            self.ended = EndedStreams(tuple(resumed.records))
+            return (self._continuing(conversion, newest[0][0].pose),
+                    f"{where}: {why}, a new stream continues from the last pose")
         newest = self.store.newest_poses(1, resumed.conversion)
-        if newest and newest[0][1] is None:   # the newest pose is an earlier stream's, in map already
-            self.last_map_pose = newest[0][0].pose @ self.robot.mount
-        self.ended_records = list(resumed.records)
+        # The newest pose is an earlier stream's (its conversion None): in map already.
+        earlier = newest[0][0].pose @ self.robot.mount if newest and newest[0][1] is None else None
+        self.ended = EndedStreams(tuple(resumed.records), earlier)
         state = self._continuing(resumed.conversion, newest[0][0].pose if newest and newest[0][1] is not None else None)
-        if self.last_map_pose is None:
+        if self.ended.last_map_pose is None:
             return state, f"{where}: it holds no frame, a new map starts"
         return state, f"{where}: {why}, a new stream at its own scale continues from the last pose"
 
