@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from lingbot_ros.mapping.keyframes import FLUSH, KEEP, ROLLBACK, WORK_WIDTH, MotionPolicy
+from lingbot_ros.mapping.keyframes import FLUSH, KEEP, ROLLBACK, WORK_WIDTH, MotionPolicy, parallax_px, to_work_gray
 from lingbot_ros.mapping.windows.live import ROLLBACK_MARGIN, LiveWindows, Pending
 from lingbot_ros.mapping.long_run import CacheCaps, NoRestarts
 from lingbot_ros.stream.session import NOTHING_STORED, CacheUsage
@@ -226,6 +226,13 @@ def test_motion_policy_step_by_step():
     assert not policy.is_keyframe(shifted(12, size=(640, 360)))
     policy.reset()
     assert policy.is_keyframe(shifted(12, size=(640, 360)))   # after a reset: the first frame again
+
+
+def test_parallax_measures_image_motion():
+    reference = to_work_gray(shifted(0))
+    assert parallax_px(reference, to_work_gray(shifted(0))) < 0.5
+    assert 9 < parallax_px(reference, to_work_gray(shifted(20))) < 11   # 20 px at 640 = 10 at 320
+    assert parallax_px(reference, np.zeros((10, 10), np.uint8)) == float("inf")
 
 
 def test_the_motion_policy_decides_what_a_stored_frame_becomes():
