@@ -16,7 +16,9 @@ from PIL import Image
 
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.database import schema as mdb
-from lingbot_ros.mapping.database.writer import FRAME, POINTS, MapWriter
+from lingbot_ros.mapping.database import retention, writer_lock
+from lingbot_ros.mapping.database.events import FRAME, POINTS
+from lingbot_ros.mapping.database.writer import MapWriter
 from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.rig.grouping import RigFrame
@@ -170,7 +172,7 @@ def test_pruning_counts_a_rig_as_one_and_never_deletes_the_live_rigs_runs(tmp_pa
     assert conn.execute("SELECT COUNT(DISTINCT run) FROM map_inserts").fetchone()[0] == 2
     conn.close()
     # By size: a single run that needs the room deletes the whole rig before it, never half of it.
-    size = mdb.used_bytes(mdb.connect(path, readonly=True))
+    size = retention.used_bytes(mdb.connect(path, readonly=True))
     assert write(rig_writer(path, (), max_mb=0.1 * size / 1e6)).close()
     assert stored(path) == [(12, None, None)]
 
@@ -285,7 +287,7 @@ def test_a_rig_that_fails_to_build_ends_every_run_and_frees_the_file(fixture_fil
     monkeypatch.setattr(rig_mapper, "Mapper", second_fails)
     with pytest.raises(RuntimeError, match="no second camera"):
         RigMapper(settings, rig_bundle_of(settings, 2), ("front", "back"))
-    assert not mdb.WriterLock.held(database)
+    assert not writer_lock.WriterLock.held(database)
     conn = sqlite3.connect(database)
     assert conn.execute("SELECT c.camera, r.ending FROM rig_cameras c JOIN runs r ON r.id = c.run "
                         "ORDER BY c.position").fetchall() == [("front", "clean"), ("back", "clean")]

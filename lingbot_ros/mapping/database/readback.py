@@ -19,7 +19,7 @@ import torch
 
 from ..files.colmap import KeyframeImage
 from ..windows.live import WindowRecord
-from .schema import RunInfo
+from .run_info import RunInfo
 from .blobs import MapDatabaseError
 from .blobs import blob_array, blob_arrays, checked_array, pose_matrix
 from ..placement.conversion import MapConversion

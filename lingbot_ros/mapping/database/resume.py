@@ -26,7 +26,9 @@ import torch
 
 from ..placement.conversion import Placement
 from ..windows.live import WindowRecord
-from .schema import CRASHED, RUNNING, WriterLock, connect, resolve_path, runs
+from .run_info import runs
+from .schema import CRASHED, RUNNING, connect, resolve_path
+from .writer_lock import WriterLock
 from .blobs import MapDatabaseError
 from .blobs import blob_array, blob_arrays, checked_array
 from ..placement.conversion import MapConversion
