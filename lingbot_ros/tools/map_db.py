@@ -113,7 +113,7 @@ def _refuse_inputs(database: Path, outputs) -> None:
     """An output path that is the database or one of its files (its journal, its lock), by name or
     through a link, is refused before anything is written: a slip of the hand never replaces the map."""
     real = os.path.realpath(database)
-    inputs = {real, *(f"{real}{suffix}" for suffix in ("-wal", "-shm", "-journal")), str(lock_path(database))}
+    inputs = {real, *(f"{real}{suffix}" for suffix in mdb.JOURNAL_SUFFIXES), str(lock_path(database))}
     identity = {(st.st_dev, st.st_ino) for st in map(_stat, inputs) if st is not None}
     for output in outputs:
         st = _stat(output)
@@ -141,6 +141,12 @@ def _run(conn: sqlite3.Connection, wanted: int | None) -> RunInfo:
     raise MapToolError(f"no run {wanted} (runs: {', '.join(str(r.id) for r in runs)})")
 
 
+def _load(conn: sqlite3.Connection, info: RunInfo, refused: list[str]):
+    """The run as its save wrote it; the damaged records of its row read as unknown are told too."""
+    refused.extend(info.unreadable)
+    return load_run(conn, info, refused)
+
+
 def _defaults_note(run: RunInfo) -> str:
     if run.damaged:
         return "; damaged (below)"
@@ -164,11 +170,12 @@ def _time(ns: int | None) -> str:
 def info(args, refused: list[str]) -> str:
     conn = _open(args.database)
     runs = stored_runs(conn)
-    for run in runs:   # the run's own records (settings, conversion): the rest is export's to read
+    for run in runs:   # the run's own records (settings, conversion, times): the rest is export's to read
         try:
             check_settings(run)
         except MapDatabaseError as error:
             refused.extend(run.damaged or [str(error)])
+        refused.extend(run.unreadable)
     alive = WriterLock.held(args.database)
     rigs = sorted({run.rig.rig for run in runs if run.rig is not None})
     lines = [f"{args.database}: {stored_bytes(args.database) / 1e6:.1f} MB, schema {mdb.SCHEMA_VERSION}, "
@@ -220,9 +227,9 @@ def export(args, refused: list[str]) -> str:
     members = _rig(conn, args)
     if members:
         return export_rig(conn, members, args, refused)
-    stored = load_run(conn, _run(conn, args.run), refused)
+    stored = _load(conn, _run(conn, args.run), refused)
     if args.format == "colmap":
-        return export_colmap(conn, stored, args)
+        return export_colmap(conn, stored, args, refused)
     ply, tum = write_map_files(args.directory, stored.xyz, stored.rgb, stored.trajectory, stored.windows)
     return (f"run {stored.info.id} ({stored.info.ending}): wrote {len(stored.xyz)} points to {ply} and "
             f"{len(stored.trajectory)} poses to {tum}" + ("" if stored.windows is None else
@@ -251,14 +258,16 @@ def export_rig(conn: sqlite3.Connection, members: list[RunInfo], args, refused: 
         raise MapToolError(f"rig {members[0].rig.rig}: a COLMAP model of a rig is not written (one camera's: "
                            f"--run with one of its runs {', '.join(str(run.id) for run in members)})")
     _refuse_inputs(args.database, [args.directory / name for name in file_names(run.rig.camera for run in members)])
+    for run in members:
+        refused.extend(run.unreadable)
     saved = save_rig(load_rig(conn, members, refused), args.directory)
     return f"rig {members[0].rig.rig} ({members[0].ending}): {saved.message}"
 
 
-def export_colmap(conn: sqlite3.Connection, stored, args) -> str:
+def export_colmap(conn: sqlite3.Connection, stored, args, refused: list[str]) -> str:
     """The run's keyframes that have a stored image (a file of schema 1 has none), their poses and the map."""
     info = stored.info
-    keyframes = load_keyframe_images(conn, info.id)
+    keyframes = load_keyframe_images(conn, info.id, refused)
     images = export_images(stored.trajectory, conversion(info).camera_base, keyframes)
     if not images:
         raise MapToolError(f"run {info.id} holds no keyframe image ({info.keyframes} keyframes; runs stored before "
@@ -274,7 +283,7 @@ def export_colmap(conn: sqlite3.Connection, stored, args) -> str:
 def preview(args, refused: list[str]) -> str:
     _refuse_inputs(args.database, [args.output])
     conn = _open(args.database)
-    stored = load_run(conn, _run(conn, args.run), refused)
+    stored = _load(conn, _run(conn, args.run), refused)
     units = "m" if stored.info.scale_known else "model units"
     write_files({args.output: preview_png(
         stored.xyz, stored.camera_positions, units,
@@ -286,7 +295,7 @@ def preview(args, refused: list[str]) -> str:
 def view(args, refused: list[str]) -> str:
     """Serve the run until Ctrl-C (the text is what is shown, printed once it is served)."""
     conn = _open(args.database)
-    stored = load_run(conn, _run(conn, args.run), refused)
+    stored = _load(conn, _run(conn, args.run), refused)
     viewer = serve.start(args, "lingbot-ros-map")
     if viewer is None:
         raise MapToolError("the view did not start (the reason is above)")
