@@ -111,6 +111,7 @@ CREATE TABLE rig_cameras (
     scale REAL, scale_source TEXT NOT NULL DEFAULT 'unknown', scale_text TEXT NOT NULL DEFAULT '');
 """,
 }
+JOURNAL_SUFFIXES = ("-wal", "-shm", "-journal")   # SQLite's files beside the database
 RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_streams", "continuations",
               "overlap_frames", "keyframe_images", "rig_cameras")
 
@@ -138,6 +139,7 @@ def describe_error(error: BaseException, path: Path) -> str:
 def connect(path: Path, readonly: bool) -> sqlite3.Connection:
     """A connection (autocommit: transactions are explicit) that has checked the file is a sound
     database of a schema this code knows. Raises MapDatabaseError."""
+    _refuse_linked_journal(path)
     try:
         if readonly:
             conn, check = _open_readonly(path)
@@ -185,17 +187,33 @@ def connect(path: Path, readonly: bool) -> sqlite3.Connection:
         raise MapDatabaseError(describe_error(error, path)) from None
 
 
+def _refuse_linked_journal(path: Path) -> None:
+    """SQLite refuses a symlink at the database's -wal, -shm or -journal (it would write its journal
+    into the file the link points at) with a bare "unable to open database file": say which."""
+    for suffix in JOURNAL_SUFFIXES:
+        journal = f"{os.path.realpath(path)}{suffix}"
+        if os.path.islink(journal):
+            raise MapDatabaseError(f"{journal} is a symlink, not followed (SQLite would write its journal into "
+                                   "the file it points at); remove it")
+
+
 def _open_readonly(path: Path) -> tuple[sqlite3.Connection, str]:
-    """A read-only connection (URI mode=ro: nothing of the file is ever written) and its quick_check.
-    A WAL database closed cleanly on a read-only file system has no -shm and none can be made: it
-    is opened ``immutable`` then (no writer can be changing it there)."""
-    uri = f"file:{urllib.parse.quote(os.path.realpath(path))}?mode=ro"
+    """A read-only connection (URI mode=ro: the database file is never written; in a writable
+    directory SQLite makes the -wal and -shm it reads alongside a writer with, empty when none
+    writes) and its quick_check. A WAL database closed cleanly on a read-only file system has no
+    -shm and none can be made: it is opened ``immutable`` then (no writer can be changing it there)."""
+    real = os.path.realpath(path)
+    uri = f"file:{urllib.parse.quote(real)}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         return conn, conn.execute("PRAGMA quick_check").fetchone()[0]
     except sqlite3.OperationalError:
-        if os.path.exists(f"{os.path.realpath(path)}-wal") or _writable_directory(path):
+        if _writable_directory(path):
             raise
+        if os.path.exists(f"{real}-wal"):   # immutable would skip the writer's last commits in it
+            raise MapDatabaseError(f"{path} cannot be read on this read-only disk: its -wal holds the last commits "
+                                   "of a writer that did not end, and SQLite cannot make the -shm it reads them "
+                                   "with here; copy the file with its -wal to a writable disk") from None
     conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
     return conn, conn.execute("PRAGMA quick_check").fetchone()[0]
 
