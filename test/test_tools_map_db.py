@@ -225,10 +225,11 @@ def test_a_damaged_record_is_one_line_naming_it_the_rest_is_exported_and_the_exi
     assert result.returncode == 1 and "Traceback" not in result.stderr and record in result.stderr, result.stderr
 
 
-def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path):
+def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path, fixture_files):
     """A cleanly closed database (WAL mode, no -wal or -shm left) on a read-only mount: SQLite cannot
-    make its -shm there; the tools open it immutable. The mount is a read-only bind in a user and
-    mount namespace (unshare), as a user's read-only USB disk would be."""
+    make its -shm there; the tools open it immutable. A writer there is refused with the reason and
+    runs on without storing. The mount is a read-only bind in a user and mount namespace (unshare),
+    as a user's read-only USB disk would be."""
     import shutil
 
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
@@ -239,10 +240,15 @@ def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path):
     before = (disk / "map.db").read_bytes()
     script = (f"mount --bind {disk} {disk} && mount -o remount,ro,bind {disk} && touch {disk}/x 2>/dev/null "
               f"&& exit 9; {sys.executable} -m lingbot_ros.tools.map_db info {disk}/map.db && "
-              f"{sys.executable} -m lingbot_ros.tools.map_db export {disk}/map.db {tmp_path}/export")
+              f"{sys.executable} -m lingbot_ros.tools.map_db export {disk}/map.db {tmp_path}/export && "
+              f"{sys.executable} -m lingbot_ros.tools.offline --input synthetic:128x96 --output {tmp_path}/offline "
+              f"--max-frames 4 --checkpoint {fixture_files['checkpoint']} --model-config "
+              f"{fixture_files['model_config']} --device cpu --image-width 112 --num-scale-frames 3 "
+              f"--sliding-window 4 --no-warmup --map-database {disk}/map.db")
     result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "run 1: clean;" in result.stdout and "wrote" in result.stdout, result.stdout
+    assert f"map database: not stored: {disk}/map.db-writer.lock is read-only" in result.stdout + result.stderr
     assert (tmp_path / "export" / "map.ply").is_file()
     assert (disk / "map.db").read_bytes() == before and sorted(p.name for p in disk.iterdir()) == ["map.db"]
 

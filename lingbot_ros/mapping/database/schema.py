@@ -53,6 +53,7 @@ older runs are marked and pruned by retention.py.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import urllib.parse
@@ -133,6 +134,9 @@ def describe_error(error: BaseException, path: Path) -> str:
             return f"{path} is corrupt, left untouched ({text})"
     if isinstance(error, PermissionError):
         return f"{path} cannot be written ({error.strerror})"
+    if isinstance(error, OSError) and error.errno in (errno.EROFS, errno.ENOSPC):
+        return (f"{path} is read-only ({error.strerror})" if error.errno == errno.EROFS
+                else f"the disk holding {path} is full ({error.strerror})")
     return f"{path}: {type(error).__name__}: {text}"
 
 
