@@ -16,8 +16,9 @@ The run is the newest unless --run; export takes the newest rig where the newest
 camera (--run N of a rig's camera exports that camera alone, in its own units). The file is opened read-only (on a read-only disk too): this
 works while a node writes it, and nothing of it is ever written. An output path that is the
 database or one of its files is refused. A damaged record (a blob of another size, settings that
-are not a JSON object, non-finite values, points beyond the map's range) is left out with one line
-on stderr naming its run and record, the rest is exported, and the exit status is 1. A run stored
+are not a JSON object, non-finite values, points beyond the map's range, a value of another type,
+a keyframe image that does not decode) is left out with one line on stderr naming its run and
+record, the rest is exported, and the exit status is 1. A run stored
 by an older version that lacks a setting added since is read with that setting's default, and the
 output says which. Files are written all or none (mapping/files/staged_files.py).
 """
