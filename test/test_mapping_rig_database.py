@@ -249,18 +249,21 @@ def test_an_old_schema_file_reads_and_migrates(tmp_path, version):
 
 
 def test_a_damaged_rig_record_is_refused_or_read_as_unknown(tmp_path):
-    """A stored scale that is not a positive number is read as unknown (that camera out of the map);
-    a camera name that would leave the export's folder is refused, nothing written."""
+    """A stored scale that is not a positive number is read as unknown (that camera out of the map),
+    told as a damaged record (exit 1, the rest exported); a camera name that would leave the
+    export's folder is refused, nothing written."""
     path = tmp_path / "map.db"
     assert write(rig_writer(path, ("a", "b")), frames=3).close()
     conn = sqlite3.connect(path)
     conn.execute("UPDATE rig_cameras SET scale = 'NaN?' WHERE camera = 'b'")
     conn.commit()
+    told = "lingbot-ros-map: refused (damaged record, left out): run 2: rig camera scale: 'NaN?' is not a positive"
     info = tool("info", path)
-    assert info.returncode == 0, info.stderr
+    assert info.returncode == 1 and info.stderr.startswith(told), info.stderr
     assert "scale unknown (the stored scale 'NaN?' is damaged" in info.stdout
     exported = tool("export", path, tmp_path / "out")
-    assert exported.returncode == 0 and "not in the map, scale against the primary unknown: b" in exported.stdout
+    assert exported.returncode == 1 and exported.stderr.startswith(told), exported.stderr
+    assert "not in the map, scale against the primary unknown: b" in exported.stdout
     conn.execute("UPDATE rig_cameras SET camera = '../escape' WHERE camera = 'b'")
     conn.commit()
     conn.close()
