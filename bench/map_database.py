@@ -46,7 +46,7 @@ def main(argv=None) -> int:
 
     from lingbot_ros.mapping import factory
     from lingbot_ros.mapping.database import continuation as continuation_code
-    from lingbot_ros.mapping.database.writer import stored_bytes
+    from lingbot_ros.mapping.database.retention import stored_bytes
     from lingbot_ros.mapping.mapper import Mapper
     from lingbot_ros.mapping.records import InputFrame
     from lingbot_ros.mapping.settings import MapperSettings

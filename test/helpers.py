@@ -28,6 +28,7 @@ import torch
 from lingbot_ros.io.image_codec import fill_compressed, fill_image
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.database import schema as mdb
+from lingbot_ros.mapping.database import run_info
 from lingbot_ros.mapping.database.readback import load_run
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame
@@ -475,7 +476,7 @@ def stored_run(mapper):
     """The newest run of the Mapper's map database, as committed."""
     conn = mdb.connect(mdb.resolve_path(mapper.settings.map_database), readonly=True)
     try:
-        return load_run(conn, mdb.runs(conn)[-1])
+        return load_run(conn, run_info.runs(conn)[-1])
     finally:
         conn.close()
 

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from lingbot_ros.mapping.database.writer import FRAME, POINTS, RIG_SCALES, MapWriter
+from lingbot_ros.mapping.database.events import FRAME, POINTS, RIG_SCALES
+from lingbot_ros.mapping.database.writer import MapWriter
 from lingbot_ros.mapping.rig.records import PRIMARY, TRAJECTORIES, RigScale
 
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lingbot_ros.mapping.database import events, retention, run_info, writer_lock
 from lingbot_ros.mapping.database import schema as mdb
-from lingbot_ros.mapping.database import writer as map_writer
 from lingbot_ros.mapping.database.readback import replay_map
-from lingbot_ros.mapping.database.writer import CLEARED, FRAME, POINTS, REMOVED, MapWriter
+from lingbot_ros.mapping.database.events import CLEARED, FRAME, POINTS, REMOVED
+from lingbot_ros.mapping.database.writer import MapWriter
 from lingbot_ros.mapping.store.voxel_map import VoxelMap
 
 from map_db_writer import points, pose
@@ -43,7 +44,7 @@ def opened(w: MapWriter) -> MapWriter:
 
 def frames(path, run=None) -> dict:
     conn = mdb.connect(path, readonly=True)
-    run = run or mdb.runs(conn)[-1].id
+    run = run or run_info.runs(conn)[-1].id
     rows = {idx: np.frombuffer(p, np.float64).reshape(4, 4)
             for idx, p in conn.execute("SELECT idx, pose FROM frames WHERE run = ?", (run,))}
     conn.close()
@@ -69,7 +70,7 @@ def test_schema_round_trip_and_clean_end(tmp_path):
     assert not w.failure
     conn = mdb.connect(path, readonly=True)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == mdb.SCHEMA_VERSION
-    (info,) = mdb.runs(conn)
+    (info,) = run_info.runs(conn)
     assert (info.ending, info.frames) == (mdb.CLEAN, 4)
     assert info.ended_ns is not None and info.settings == SETTINGS
     stored = frames(path)
@@ -89,7 +90,7 @@ def test_trajectory_bound_drops_the_oldest_as_the_trajectory_does(tmp_path):
 
 
 def test_a_reset_clears_the_run_and_the_map_replays_through_checkpoints(tmp_path, monkeypatch):
-    monkeypatch.setattr(map_writer, "MIN_CHECKPOINT_BYTES", 20_000)
+    monkeypatch.setattr(events, "MIN_CHECKPOINT_BYTES", 20_000)
     path = tmp_path / "map.db"
     w = writer(path, max_points=1500, settings={**SETTINGS, "max_map_points": 1500})
     w.put((FRAME, 0, 0, pose(0), True, 0, True))
@@ -101,7 +102,7 @@ def test_a_reset_clears_the_run_and_the_map_replays_through_checkpoints(tmp_path
         reference.insert(*points(index))
     assert w.close()
     conn = mdb.connect(path, readonly=True)
-    (info,) = mdb.runs(conn)
+    (info,) = run_info.runs(conn)
     assert info.frames == 0
     assert conn.execute("SELECT COUNT(*) FROM map_checkpoints").fetchone()[0] == 1
     assert info.map_inserts < 29   # compacted into the checkpoint
@@ -139,15 +140,15 @@ def test_sigkill_at_a_random_moment_loses_nothing_committed(tmp_path, seed):
     for index, value in stored.items():
         np.testing.assert_array_equal(value, pose(index))
     conn = mdb.connect(path, readonly=True)
-    assert mdb.runs(conn)[-1].ending == mdb.RUNNING
-    assert not mdb.WriterLock.held(path)   # the killed writer's lock went with it
+    assert run_info.runs(conn)[-1].ending == mdb.RUNNING
+    assert not writer_lock.WriterLock.held(path)   # the killed writer's lock went with it
     conn.close()
     # The next writer marks the dead run as crashed and starts its own.
     w = opened(writer(path))
     assert w.crashed_runs == [1]
     assert w.close()
     conn = mdb.connect(path, readonly=True)
-    assert [(r.id, r.ending) for r in mdb.runs(conn)] == [(1, mdb.CRASHED), (2, mdb.CLEAN)]
+    assert [(r.id, r.ending) for r in run_info.runs(conn)] == [(1, mdb.CRASHED), (2, mdb.CLEAN)]
 
 
 def test_a_database_held_by_another_process_is_reported_and_left_alone(tmp_path):
@@ -157,7 +158,7 @@ def test_a_database_held_by_another_process_is_reported_and_left_alone(tmp_path)
         for line in process.stdout:
             if line.startswith("committed"):
                 break
-        assert mdb.WriterLock.held(path)
+        assert writer_lock.WriterLock.held(path)
         w = writer(path)
         w.put((FRAME, 0, 0, pose(0), True, 0, True))
         assert not w.commit(30.0)
@@ -167,7 +168,7 @@ def test_a_database_held_by_another_process_is_reported_and_left_alone(tmp_path)
         process.kill()
         process.wait()
     conn = mdb.connect(path, readonly=True)
-    assert [r.id for r in mdb.runs(conn)] == [1]   # no run of the refused writer, the other's intact
+    assert [r.id for r in run_info.runs(conn)] == [1]   # no run of the refused writer, the other's intact
 
 
 def test_a_full_disk_stops_storing_the_run_and_keeps_what_was_committed(tmp_path):
@@ -249,14 +250,14 @@ def test_retention_keeps_the_newest_runs(tmp_path):
             w.put((POINTS, *points(index)))
         assert w.close()
     conn = mdb.connect(path, readonly=True)
-    assert [r.id for r in mdb.runs(conn)] == [3, 4]
+    assert [r.id for r in run_info.runs(conn)] == [3, 4]
     assert conn.execute("SELECT COUNT(DISTINCT run) FROM map_inserts").fetchone()[0] == 2
     conn.close()
-    size = mdb.used_bytes(mdb.connect(path, readonly=True))
+    size = retention.used_bytes(mdb.connect(path, readonly=True))
     w = writer(path, max_mb=0.6 * size / 1e6)   # room for one of the two: the older goes
     assert w.close()
     conn = mdb.connect(path, readonly=True)
-    assert [r.id for r in mdb.runs(conn)] == [4, 5]
+    assert [r.id for r in run_info.runs(conn)] == [4, 5]
 
 
 def test_resolve_path_uses_ros_home(monkeypatch, tmp_path):

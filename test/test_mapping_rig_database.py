@@ -16,7 +16,9 @@ from PIL import Image
 
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.database import schema as mdb
-from lingbot_ros.mapping.database.writer import FRAME, POINTS, MapWriter
+from lingbot_ros.mapping.database import retention, writer_lock
+from lingbot_ros.mapping.database.events import FRAME, POINTS
+from lingbot_ros.mapping.database.writer import MapWriter
 from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.rig.grouping import RigFrame
@@ -170,7 +172,7 @@ def test_pruning_counts_a_rig_as_one_and_never_deletes_the_live_rigs_runs(tmp_pa
     assert conn.execute("SELECT COUNT(DISTINCT run) FROM map_inserts").fetchone()[0] == 2
     conn.close()
     # By size: a single run that needs the room deletes the whole rig before it, never half of it.
-    size = mdb.used_bytes(mdb.connect(path, readonly=True))
+    size = retention.used_bytes(mdb.connect(path, readonly=True))
     assert write(rig_writer(path, (), max_mb=0.1 * size / 1e6)).close()
     assert stored(path) == [(12, None, None)]
 
@@ -247,18 +249,21 @@ def test_an_old_schema_file_reads_and_migrates(tmp_path, version):
 
 
 def test_a_damaged_rig_record_is_refused_or_read_as_unknown(tmp_path):
-    """A stored scale that is not a positive number is read as unknown (that camera out of the map);
-    a camera name that would leave the export's folder is refused, nothing written."""
+    """A stored scale that is not a positive number is read as unknown (that camera out of the map),
+    told as a damaged record (exit 1, the rest exported); a camera name that would leave the
+    export's folder is refused, nothing written."""
     path = tmp_path / "map.db"
     assert write(rig_writer(path, ("a", "b")), frames=3).close()
     conn = sqlite3.connect(path)
     conn.execute("UPDATE rig_cameras SET scale = 'NaN?' WHERE camera = 'b'")
     conn.commit()
+    told = "lingbot-ros-map: refused (damaged record, left out): run 2: rig camera scale: 'NaN?' is not a positive"
     info = tool("info", path)
-    assert info.returncode == 0, info.stderr
+    assert info.returncode == 1 and info.stderr.startswith(told), info.stderr
     assert "scale unknown (the stored scale 'NaN?' is damaged" in info.stdout
     exported = tool("export", path, tmp_path / "out")
-    assert exported.returncode == 0 and "not in the map, scale against the primary unknown: b" in exported.stdout
+    assert exported.returncode == 1 and exported.stderr.startswith(told), exported.stderr
+    assert "not in the map, scale against the primary unknown: b" in exported.stdout
     conn.execute("UPDATE rig_cameras SET camera = '../escape' WHERE camera = 'b'")
     conn.commit()
     conn.close()
@@ -285,7 +290,7 @@ def test_a_rig_that_fails_to_build_ends_every_run_and_frees_the_file(fixture_fil
     monkeypatch.setattr(rig_mapper, "Mapper", second_fails)
     with pytest.raises(RuntimeError, match="no second camera"):
         RigMapper(settings, rig_bundle_of(settings, 2), ("front", "back"))
-    assert not mdb.WriterLock.held(database)
+    assert not writer_lock.WriterLock.held(database)
     conn = sqlite3.connect(database)
     assert conn.execute("SELECT c.camera, r.ending FROM rig_cameras c JOIN runs r ON r.id = c.run "
                         "ORDER BY c.position").fetchall() == [("front", "clean"), ("back", "clean")]

@@ -7,8 +7,9 @@ Classes: odometry (~/odometry_in), image stamps, camera_info, dynamic /tf (a flo
 robot's frames, NaN values, a conflicting publisher of our child frame), the camera mount on
 /tf_static, live parameters (with the QoS of a best-effort camera and the periodic map), services
 and save paths, start-up parameters; truncated CDR on ~/odometry_in and /tf, SIGINT during the
-start-up imports; the map database at its edges (a symlink at its lock, a second writer through a
-symlink, duplicate stamps, damaged runs at resume, SIGKILL right after a resumed start).
+start-up imports; the map database at its edges (a symlink at its lock and at its -wal, a second
+writer through a symlink, duplicate stamps, damaged runs at resume, SIGKILL right after a resumed
+start).
 """
 import math
 import signal
@@ -570,9 +571,10 @@ def _rows(database, sql: str) -> list:
 
 
 def test_hostile_database_paths_never_overwrite_a_users_file(ros, tiny, tmp_path):
-    """A symlink at <database>-writer.lock, a second writer through a symlink to the database,
-    frames stamped t, t, t + 1 ns: no file of the user's changes, the second writer is kept out
-    with its reason, the first's live run stays its own, and no stamp is stored twice."""
+    """A symlink at <database>-writer.lock and at <database>-wal, a second writer through a symlink
+    to the database, frames stamped t, t, t + 1 ns: no file of the user's changes, the second
+    writer is kept out with its reason, the first's live run stays its own, and no stamp is stored
+    twice."""
     fixture, _ = tiny
     victim = tmp_path / "victim.yaml"
     victim.write_text("keep: me\n")
@@ -586,6 +588,18 @@ def test_hostile_database_paths_never_overwrite_a_users_file(ros, tiny, tmp_path
     interrupt_and_check_exit(ros, node)
     assert victim.read_text() == "keep: me\n" and Path(f"{trapped}-writer.lock").is_symlink()
     assert "Traceback" not in ros.output(node) and status.callback_errors == 0
+
+    # A symlink at the database's -wal: SQLite would write its journal into the linked file.
+    journaled = tmp_path / "journaled" / "map.db"
+    journaled.parent.mkdir()
+    Path(f"{journaled}-wal").symlink_to(victim)
+    node, images = _database_node(ros, fixture, journaled)
+    _status_where(ros, "the -wal refused", lambda s: "map.db-wal is a symlink, not followed" in s.state_text)
+    ros.wait(lambda: _warned(ros, "map.db-wal is a symlink, not followed"), "the -wal's refusal in /diagnostics")
+    _map_frames(ros, node, images, 4, 850.0)
+    interrupt_and_check_exit(ros, node)
+    assert victim.read_text() == "keep: me\n" and Path(f"{journaled}-wal").is_symlink()
+    assert "Traceback" not in ros.output(node)
 
     # Two writers, one through a symlink: the second is kept out, the first's run is its own.
     database = tmp_path / "maps" / "map.db"
@@ -645,6 +659,11 @@ RESUME_DAMAGES = {
     "continuation image of another size": ("UPDATE overlap_frames SET rgb = ? WHERE seq = 1",
                                            (_npy(np.zeros((20, 30, 3), np.uint8)),),
                                            "run 1: continuation frame 1: image 30x20"),
+    # SQLite keeps any value in any column: a stamp or a window number of another type.
+    "a stamp stored as text": ("UPDATE frames SET stamp_ns = 'abc' WHERE idx = 3", (),
+                               "run 1: frame 3: stamp 'abc' is not an integer"),
+    "a continuation's window as text": ("UPDATE continuations SET window = 'w'", (),
+                                        "run 1: continuation: window 'w' is not an integer"),
 }
 
 

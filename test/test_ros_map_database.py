@@ -127,6 +127,7 @@ def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny,
     import sqlite3
 
     from lingbot_ros.mapping.database import schema as mdb
+    from lingbot_ros.mapping.database import run_info
 
     fixture, bag = tiny
     database = tmp_path / "map.db"
@@ -165,4 +166,4 @@ def test_kill_9_at_a_random_frame_then_resume_loses_nothing_committed(ros, tiny,
     assert stamps == [f"{1_700_000_000 + k / 10:.6f}" for k in range(40)]   # every frame once, in order
     conn = mdb.connect(database, readonly=True)
     # The resumed run took run 1's records over (moved, not copied): one run holds the map.
-    assert [(r.id, r.ending, r.frames) for r in mdb.runs(conn)] == [(2, mdb.CLEAN, 40)]
+    assert [(r.id, r.ending, r.frames) for r in run_info.runs(conn)] == [(2, mdb.CLEAN, 40)]

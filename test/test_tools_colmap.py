@@ -156,7 +156,8 @@ def test_the_database_keeps_an_image_as_long_as_its_pose(tmp_path):
     the trajectory's bound, a reset (the offline run above checks the stored bytes themselves)."""
     from lingbot_ros.mapping.database import schema as mdb
     from lingbot_ros.mapping.database.readback import load_keyframe_images
-    from lingbot_ros.mapping.database.writer import CLEARED, FRAME, IMAGE, REMOVED, MapWriter
+    from lingbot_ros.mapping.database.events import CLEARED, FRAME, IMAGE, REMOVED
+    from lingbot_ros.mapping.database.writer import MapWriter
 
     path = tmp_path / "map.db"
     writer = MapWriter(path, {"camera_mount": "0 0 0 0 0 0"}, "test", commit_s=0.05, max_runs=0, max_mb=0.0,

@@ -1,7 +1,9 @@
 """lingbot-ros-map on databases lingbot-ros-offline wrote (tiny fixture, CPU): export gives the
 offline tool's files byte for byte, info says how each run ended, preview draws the run."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,7 +94,6 @@ def tool(*args) -> subprocess.CompletedProcess:
 
 
 def test_an_output_path_that_is_the_database_is_refused_and_nothing_is_written(stored_db, tmp_path):
-    import os
     import shutil
 
     database = tmp_path / "map.db"
@@ -121,6 +122,12 @@ def test_an_output_path_that_is_the_database_is_refused_and_nothing_is_written(s
 def _npy(array) -> bytes:
     from lingbot_ros.mapping.database.blobs import array_blob
     return array_blob(np.asarray(array))
+
+
+def _far_pose(conn, index: int) -> bytes:
+    pose = np.frombuffer(conn.execute("SELECT pose FROM frames WHERE idx = ?", (index,)).fetchone()[0]).copy()
+    pose[[3, 7, 11]] = 1e308   # the translation
+    return pose.tobytes()
 
 
 def _far_points(conn) -> bytes:
@@ -157,8 +164,24 @@ DAMAGES = {
     "window rotation of the wrong size": ("UPDATE windows SET rotation = X'00' WHERE seq = 1", None,
                                           "run 1: window record 1: rotation or translation of another size", True),
     "infinite window scale": ("UPDATE windows SET scale = ? WHERE seq = 1", lambda c: (float("inf"),),
-                         "run 1: window record 1: scale holds non-finite values", True),
+                              "run 1: window record 1: scale inf is not a positive number", True),
+    # SQLite keeps any value in any column: a column of another type is a damaged record too.
+    "a stamp stored as text": ("UPDATE frames SET stamp_ns = 'abc' WHERE idx = 2", None,
+                               "run 1: frame 2: stamp 'abc' is not an integer", True),
+    "a frame index stored as text": ("UPDATE frames SET idx = 'x' WHERE idx = 6", None,
+                                     "run 1: frame x: index 'x' is not an integer", True),
+    "a window's first index as text": ("UPDATE windows SET first_index = 'f' WHERE seq = 1", None,
+                                       "run 1: window record 1: first index 'f' is not an integer", True),
+    "a start time as text": ("UPDATE runs SET started_ns = 'yesterday'", None,
+                             "run 1: started_ns: value 'yesterday' is not an integer", True),
+    "an unknown ending": ("UPDATE runs SET ending = 'weird'", None, "run 1: ending: 'weird' is none of", True),
+    # Finite but beyond any map: the conversions' products would overflow.
+    "a pose at 1e308": ("UPDATE frames SET pose = ? WHERE idx = 5", lambda c: (_far_pose(c, 5),),
+                        "run 1: frame 5: pose holds values beyond +-1e+09", True),
+    "a scale of 0": ("UPDATE runs SET scale = 0, scale_known = 1", None,
+                     "run 1: scale: value 0.0 is not a positive number", False),
 }
+RUN_ROW = ("settings", "scale", "mount", "origins", "started_ns", "ending")   # what info reads of a run
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
@@ -182,7 +205,7 @@ def test_a_damaged_record_is_one_line_naming_it_the_rest_is_exported_and_the_exi
                  ["preview", database, tmp_path / "preview.png"]):
         code = map_db.main([str(a) for a in args])   # in process: an exception fails the test
         err = capsys.readouterr().err
-        if args[0] == "info" and record.split(": ")[1] not in ("settings", "mount", "origins"):
+        if args[0] == "info" and record.split(": ")[1] not in RUN_ROW:
             assert code == 0 and err == "", err   # info reads the run's own records only
             continue
         assert code == 1, (args[0], err)
@@ -202,10 +225,11 @@ def test_a_damaged_record_is_one_line_naming_it_the_rest_is_exported_and_the_exi
     assert result.returncode == 1 and "Traceback" not in result.stderr and record in result.stderr, result.stderr
 
 
-def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path):
+def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path, fixture_files):
     """A cleanly closed database (WAL mode, no -wal or -shm left) on a read-only mount: SQLite cannot
-    make its -shm there; the tools open it immutable. The mount is a read-only bind in a user and
-    mount namespace (unshare), as a user's read-only USB disk would be."""
+    make its -shm there; the tools open it immutable. A writer there is refused with the reason and
+    runs on without storing. The mount is a read-only bind in a user and mount namespace (unshare),
+    as a user's read-only USB disk would be."""
     import shutil
 
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
@@ -216,9 +240,104 @@ def test_the_reading_tools_work_on_a_read_only_disk(stored_db, tmp_path):
     before = (disk / "map.db").read_bytes()
     script = (f"mount --bind {disk} {disk} && mount -o remount,ro,bind {disk} && touch {disk}/x 2>/dev/null "
               f"&& exit 9; {sys.executable} -m lingbot_ros.tools.map_db info {disk}/map.db && "
-              f"{sys.executable} -m lingbot_ros.tools.map_db export {disk}/map.db {tmp_path}/export")
+              f"{sys.executable} -m lingbot_ros.tools.map_db export {disk}/map.db {tmp_path}/export && "
+              f"{sys.executable} -m lingbot_ros.tools.offline --input synthetic:128x96 --output {tmp_path}/offline "
+              f"--max-frames 4 --checkpoint {fixture_files['checkpoint']} --model-config "
+              f"{fixture_files['model_config']} --device cpu --image-width 112 --num-scale-frames 3 "
+              f"--sliding-window 4 --no-warmup --map-database {disk}/map.db")
     result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "run 1: clean;" in result.stdout and "wrote" in result.stdout, result.stdout
+    assert f"map database: not stored: {disk}/map.db-writer.lock is read-only" in result.stdout + result.stderr
     assert (tmp_path / "export" / "map.ply").is_file()
     assert (disk / "map.db").read_bytes() == before and sorted(p.name for p in disk.iterdir()) == ["map.db"]
+
+
+# A damaged keyframe image: the COLMAP export leaves that image out and writes the others.
+IMAGE_DAMAGES = {
+    "intrinsics of the wrong size": ("UPDATE keyframe_images SET intrinsic = X'0011' WHERE idx = 2",
+                                     "run 1: keyframe image 2: intrinsics of another size"),
+    "a JPEG that is not one": ("UPDATE keyframe_images SET jpeg = X'00112233' WHERE idx = 2",
+                               "run 1: keyframe image 2: corrupt or unknown compressed data"),
+    "a width of 0": ("UPDATE keyframe_images SET width = 0 WHERE idx = 2",
+                     "run 1: keyframe image 2: a JPEG of 518x294 stored as 0x294"),
+}
+
+
+@pytest.mark.parametrize("damage", list(IMAGE_DAMAGES))
+def test_a_damaged_keyframe_image_is_left_out_of_the_colmap_export(stored_db, tmp_path, damage):
+    import shutil
+    import sqlite3
+
+    sql, record = IMAGE_DAMAGES[damage]
+    database = tmp_path / "map.db"
+    shutil.copy(stored_db, database)
+    with sqlite3.connect(database) as conn:
+        conn.execute(sql)
+        keyframes = conn.execute("SELECT COUNT(*) FROM keyframe_images").fetchone()[0]
+    conn.close()
+    before = database.read_bytes()
+    result = tool("export", "--format", "colmap", database, tmp_path / "colmap")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr   # one line, no traceback
+    assert lines[0].startswith("lingbot-ros-map: refused (damaged record, left out): ") and record in lines[0]
+    images = sorted(p.name for p in (tmp_path / "colmap" / "images").iterdir())
+    assert len(images) == keyframes - 1 and "000002.jpg" not in images
+    assert database.read_bytes() == before
+
+
+def test_a_symlink_at_the_journal_is_refused_by_reader_and_writer(stored_db, tmp_path, fixture_files, shared_data):
+    """SQLite would write its -wal / -shm into the file a link there points at: refused, with the reason."""
+    import shutil
+
+    for suffix in ("-wal", "-shm"):
+        folder = tmp_path / suffix
+        folder.mkdir()
+        victim = folder / "victim.yaml"
+        victim.write_text("keep: me\n")
+        database = folder / "map.db"
+        shutil.copy(stored_db, database)
+        Path(f"{database}{suffix}").symlink_to(victim)
+        result = tool("info", database)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"map.db{suffix} is a symlink, not followed" in result.stderr, result.stderr
+        writer = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.offline", "--input", "synthetic:128x96",
+                                 "--output", str(folder / "offline"), "--max-frames", "4", "--checkpoint",
+                                 fixture_files["checkpoint"], "--model-config", fixture_files["model_config"],
+                                 "--device", "cpu", "--image-width", "112", "--num-scale-frames", "3",
+                                 "--sliding-window", "4", "--no-warmup", "--map-database", str(database)],
+                                capture_output=True, text=True, timeout=300)
+        assert writer.returncode == 0 and "Traceback" not in writer.stderr, writer.stderr
+        assert f"map.db{suffix} is a symlink, not followed" in writer.stdout + writer.stderr
+        assert victim.read_text() == "keep: me\n" and database.read_bytes() == stored_db.read_bytes()
+
+
+def test_a_crashed_database_on_a_read_only_disk_is_one_line_saying_why(tmp_path):
+    """A writer killed outright leaves its last commits in the -wal; on a read-only disk without the
+    -shm SQLite reads them with, the tools say so (immutable would read without those commits)."""
+    import shutil
+    import signal as signals
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.fail("this test needs unshare -rm (user and mount namespaces) to make a read-only mount")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    repo = Path(__file__).parent.parent
+    writer = subprocess.Popen([sys.executable, str(repo / "test" / "map_db_writer.py"), str(disk / "map.db"), "0.1"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    while "committed 3" not in writer.stdout.readline():
+        pass
+    writer.send_signal(signals.SIGKILL)
+    writer.wait()
+    Path(f"{disk}/map.db-shm").unlink()
+    Path(f"{disk}/map.db-writer.lock").unlink()
+    before = {p.name: p.read_bytes() for p in disk.iterdir()}
+    script = (f"mount --bind {disk} {disk} && mount -o remount,ro,bind {disk} && "
+              f"{sys.executable} -m lingbot_ros.tools.map_db info {disk}/map.db")
+    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines() == [f"lingbot-ros-map: error: {disk}/map.db cannot be read on this read-only "
+                                          "disk: its -wal holds the last commits of a writer that did not end, and "
+                                          "SQLite cannot make the -shm it reads them with here; copy the file with "
+                                          "its -wal to a writable disk"], result.stderr
+    assert {p.name: p.read_bytes() for p in disk.iterdir()} == before

@@ -16,8 +16,9 @@ The run is the newest unless --run; export takes the newest rig where the newest
 camera (--run N of a rig's camera exports that camera alone, in its own units). The file is opened read-only (on a read-only disk too): this
 works while a node writes it, and nothing of it is ever written. An output path that is the
 database or one of its files is refused. A damaged record (a blob of another size, settings that
-are not a JSON object, non-finite values, points beyond the map's range) is left out with one line
-on stderr naming its run and record, the rest is exported, and the exit status is 1. A run stored
+are not a JSON object, non-finite values, points beyond the map's range, a value of another type,
+a keyframe image that does not decode) is left out with one line on stderr naming its run and
+record, the rest is exported, and the exit status is 1. A run stored
 by an older version that lacks a setting added since is read with that setting's default, and the
 output says which. Files are written all or none (mapping/files/staged_files.py).
 """
@@ -31,11 +32,14 @@ import sys
 from pathlib import Path
 
 from lingbot_ros.mapping.database import schema as mdb
+from lingbot_ros.mapping.database.blobs import MapDatabaseError
+from lingbot_ros.mapping.database.run_info import RunInfo, runs as stored_runs
+from lingbot_ros.mapping.database.writer_lock import WriterLock, lock_path
 from lingbot_ros.mapping.files.colmap import ColmapExportError, export_images, write_colmap
 from lingbot_ros.mapping.files.export import MAP_FILE_NAMES, write_map_files
 from lingbot_ros.mapping.database.readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
 from lingbot_ros.mapping.store.map_view import stored_view
-from lingbot_ros.mapping.database.writer import stored_bytes
+from lingbot_ros.mapping.database.retention import stored_bytes
 from lingbot_ros.mapping.files.preview import preview_png
 from lingbot_ros.mapping.rig.rig_map import file_names
 from lingbot_ros.mapping.rig.stored_rig import load_rig, rig_members, save_rig
@@ -87,7 +91,7 @@ def _main(argv) -> int:
     refused: list[str] = []   # damaged records left out, each "run N: record: why"
     try:
         print(COMMANDS[args.command](args, refused))
-    except (MapToolError, mdb.MapDatabaseError, ColmapExportError, sqlite3.Error, OSError) as error:
+    except (MapToolError, MapDatabaseError, ColmapExportError, sqlite3.Error, OSError) as error:
         _tell_refused(refused)
         print(f"lingbot-ros-map: error: {error}", file=sys.stderr)
         return 1
@@ -110,7 +114,7 @@ def _refuse_inputs(database: Path, outputs) -> None:
     """An output path that is the database or one of its files (its journal, its lock), by name or
     through a link, is refused before anything is written: a slip of the hand never replaces the map."""
     real = os.path.realpath(database)
-    inputs = {real, *(f"{real}{suffix}" for suffix in ("-wal", "-shm", "-journal")), str(mdb.lock_path(database))}
+    inputs = {real, *(f"{real}{suffix}" for suffix in mdb.JOURNAL_SUFFIXES), str(lock_path(database))}
     identity = {(st.st_dev, st.st_ino) for st in map(_stat, inputs) if st is not None}
     for output in outputs:
         st = _stat(output)
@@ -126,8 +130,8 @@ def _stat(path) -> os.stat_result | None:
         return None
 
 
-def _run(conn: sqlite3.Connection, wanted: int | None) -> mdb.RunInfo:
-    runs = mdb.runs(conn)
+def _run(conn: sqlite3.Connection, wanted: int | None) -> RunInfo:
+    runs = stored_runs(conn)
     if not runs:
         raise MapToolError("the database holds no run")
     if wanted is None:
@@ -138,7 +142,13 @@ def _run(conn: sqlite3.Connection, wanted: int | None) -> mdb.RunInfo:
     raise MapToolError(f"no run {wanted} (runs: {', '.join(str(r.id) for r in runs)})")
 
 
-def _defaults_note(run: mdb.RunInfo) -> str:
+def _load(conn: sqlite3.Connection, info: RunInfo, refused: list[str]):
+    """The run as its save wrote it; the damaged records of its row read as unknown are told too."""
+    refused.extend(info.unreadable)
+    return load_run(conn, info, refused)
+
+
+def _defaults_note(run: RunInfo) -> str:
     if run.damaged:
         return "; damaged (below)"
     missing = defaulted(run)
@@ -146,7 +156,7 @@ def _defaults_note(run: mdb.RunInfo) -> str:
             "the default" + ("s" if len(missing) > 1 else "")) if missing else ""
 
 
-def _ending(run: mdb.RunInfo, writer_alive: bool, newest: bool) -> str:
+def _ending(run: RunInfo, writer_alive: bool, newest: bool) -> str:
     if run.ending == mdb.RUNNING:
         return "running" if writer_alive and newest else "crashed (no end recorded yet)"
     return run.ending
@@ -160,13 +170,14 @@ def _time(ns: int | None) -> str:
 
 def info(args, refused: list[str]) -> str:
     conn = _open(args.database)
-    runs = mdb.runs(conn)
-    for run in runs:   # the run's own records (settings, conversion): the rest is export's to read
+    runs = stored_runs(conn)
+    for run in runs:   # the run's own records (settings, conversion, times): the rest is export's to read
         try:
             check_settings(run)
-        except mdb.MapDatabaseError as error:
+        except MapDatabaseError as error:
             refused.extend(run.damaged or [str(error)])
-    alive = mdb.WriterLock.held(args.database)
+        refused.extend(run.unreadable)
+    alive = WriterLock.held(args.database)
     rigs = sorted({run.rig.rig for run in runs if run.rig is not None})
     lines = [f"{args.database}: {stored_bytes(args.database) / 1e6:.1f} MB, schema {mdb.SCHEMA_VERSION}, "
              f"{len(runs)} run(s)" + (f", {len(rigs)} of them rig(s) of several cameras" if rigs else "")]
@@ -181,15 +192,15 @@ def info(args, refused: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _counts(run: mdb.RunInfo) -> str:
+def _counts(run: RunInfo) -> str:
     return f"{run.frames} frames ({run.keyframes} keyframes), {run.windows} windows, {run.map_inserts} map inserts"
 
 
-def _metric(run: mdb.RunInfo) -> str:
+def _metric(run: RunInfo) -> str:
     return f"{run.scale:.6g} m per model unit" if run.scale_known else "unknown (model units)"
 
 
-def _rig_lines(conn, members: list[mdb.RunInfo], alive: bool, newest: mdb.RunInfo, refused: list[str]) -> list[str]:
+def _rig_lines(conn, members: list[RunInfo], alive: bool, newest: RunInfo, refused: list[str]) -> list[str]:
     """A rig as one entry: its line, then one per camera (its run, counts, map points, scale to the primary)."""
     first = members[0]
     endings = {_ending(run, alive, newest.id in {r.id for r in members}) for run in members}
@@ -200,7 +211,7 @@ def _rig_lines(conn, members: list[mdb.RunInfo], alive: bool, newest: mdb.RunInf
         camera = run.rig
         try:
             points = f"{len(load_run(conn, run, refused).xyz)} map points"
-        except mdb.MapDatabaseError:   # its settings are damaged: told above
+        except MapDatabaseError:   # its settings are damaged: told above
             points = "map points unreadable"
         scale = ("1 (the primary camera)" if camera.primary else
                  f"{camera.scale:.6g} to the primary ({camera.scale_source}: {camera.scale_text})"
@@ -217,9 +228,9 @@ def export(args, refused: list[str]) -> str:
     members = _rig(conn, args)
     if members:
         return export_rig(conn, members, args, refused)
-    stored = load_run(conn, _run(conn, args.run), refused)
+    stored = _load(conn, _run(conn, args.run), refused)
     if args.format == "colmap":
-        return export_colmap(conn, stored, args)
+        return export_colmap(conn, stored, args, refused)
     ply, tum = write_map_files(args.directory, stored.xyz, stored.rgb, stored.trajectory, stored.windows)
     return (f"run {stored.info.id} ({stored.info.ending}): wrote {len(stored.xyz)} points to {ply} and "
             f"{len(stored.trajectory)} poses to {tum}" + ("" if stored.windows is None else
@@ -227,9 +238,9 @@ def export(args, refused: list[str]) -> str:
             + _defaults_note(stored.info))
 
 
-def _rig(conn: sqlite3.Connection, args) -> list[mdb.RunInfo]:
+def _rig(conn: sqlite3.Connection, args) -> list[RunInfo]:
     """The rig's runs to export (--rig, or the newest run's rig without --run); [] for a single run."""
-    runs = mdb.runs(conn)
+    runs = stored_runs(conn)
     if args.rig is not None:
         if args.run is not None:
             raise MapToolError("--run and --rig: give one")
@@ -243,19 +254,21 @@ def _rig(conn: sqlite3.Connection, args) -> list[mdb.RunInfo]:
     return []
 
 
-def export_rig(conn: sqlite3.Connection, members: list[mdb.RunInfo], args, refused: list[str]) -> str:
+def export_rig(conn: sqlite3.Connection, members: list[RunInfo], args, refused: list[str]) -> str:
     if args.format == "colmap":
         raise MapToolError(f"rig {members[0].rig.rig}: a COLMAP model of a rig is not written (one camera's: "
                            f"--run with one of its runs {', '.join(str(run.id) for run in members)})")
     _refuse_inputs(args.database, [args.directory / name for name in file_names(run.rig.camera for run in members)])
+    for run in members:
+        refused.extend(run.unreadable)
     saved = save_rig(load_rig(conn, members, refused), args.directory)
     return f"rig {members[0].rig.rig} ({members[0].ending}): {saved.message}"
 
 
-def export_colmap(conn: sqlite3.Connection, stored, args) -> str:
+def export_colmap(conn: sqlite3.Connection, stored, args, refused: list[str]) -> str:
     """The run's keyframes that have a stored image (a file of schema 1 has none), their poses and the map."""
     info = stored.info
-    keyframes = load_keyframe_images(conn, info.id)
+    keyframes = load_keyframe_images(conn, info.id, refused)
     images = export_images(stored.trajectory, conversion(info).camera_base, keyframes)
     if not images:
         raise MapToolError(f"run {info.id} holds no keyframe image ({info.keyframes} keyframes; runs stored before "
@@ -271,7 +284,7 @@ def export_colmap(conn: sqlite3.Connection, stored, args) -> str:
 def preview(args, refused: list[str]) -> str:
     _refuse_inputs(args.database, [args.output])
     conn = _open(args.database)
-    stored = load_run(conn, _run(conn, args.run), refused)
+    stored = _load(conn, _run(conn, args.run), refused)
     units = "m" if stored.info.scale_known else "model units"
     write_files({args.output: preview_png(
         stored.xyz, stored.camera_positions, units,
@@ -283,7 +296,7 @@ def preview(args, refused: list[str]) -> str:
 def view(args, refused: list[str]) -> str:
     """Serve the run until Ctrl-C (the text is what is shown, printed once it is served)."""
     conn = _open(args.database)
-    stored = load_run(conn, _run(conn, args.run), refused)
+    stored = _load(conn, _run(conn, args.run), refused)
     viewer = serve.start(args, "lingbot-ros-map")
     if viewer is None:
         raise MapToolError("the view did not start (the reason is above)")

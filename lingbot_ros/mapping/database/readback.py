@@ -19,9 +19,10 @@ import torch
 
 from ..files.colmap import KeyframeImage
 from ..windows.live import WindowRecord
-from .schema import RunInfo
-from .blobs import MapDatabaseError
-from .blobs import blob_array, blob_arrays, checked_array, pose_matrix
+from .run_info import RunInfo
+from .blobs import MAX_MAGNITUDE, MapDatabaseError
+from .blobs import blob_array, blob_arrays, checked_array, integer, pose_matrix, scale_value
+from ...io.compressed_image import decode_compressed
 from ..placement.conversion import MapConversion
 from ..placement.geometry import rigid_inverse
 from ..placement.metric_scale import MetricScale
@@ -164,8 +165,10 @@ def replay_map(conn: sqlite3.Connection, info: RunInfo, refused: list | None = N
 
 def _finished(state: dict, poses: dict, max_points: int, max_poses: int) -> tuple[VoxelMap, Trajectory]:
     voxel_map = _restored(state, 0.0, max_points)
-    keys, stamps = poses["keys"].astype(np.int64), poses["stamps_ns"].astype(np.int64)
-    matrices = checked_array(poses["poses"], (len(keys), 4, 4), "poses")
+    keys, stamps = poses["keys"], poses["stamps_ns"]
+    if not (np.issubdtype(keys.dtype, np.integer) and np.issubdtype(stamps.dtype, np.integer)):
+        raise ValueError(f"keys of type {keys.dtype} and stamps of type {stamps.dtype}, not integers")
+    matrices = checked_array(poses["poses"], (len(keys), 4, 4), "poses", MAX_MAGNITUDE)
     if stamps.shape != keys.shape:
         raise ValueError(f"{len(stamps)} stamps for {len(keys)} poses")
     trajectory = Trajectory(max_poses)
@@ -190,9 +193,10 @@ def stored_poses(conn: sqlite3.Connection, run: int, refused: list | None = None
     out = []
     for index, stamp_ns, blob in conn.execute("SELECT idx, stamp_ns, pose FROM frames WHERE run = ? ORDER BY idx",
                                               (run,)):
-        pose = read_record(refused, f"run {run}: frame {index}", lambda: pose_matrix(blob))
-        if pose is not None:
-            out.append((index, stamp_ns, pose))
+        frame = read_record(refused, f"run {run}: frame {index}", lambda: (
+            integer(index, "index"), integer(stamp_ns, "stamp"), pose_matrix(blob)))
+        if frame is not None:
+            out.append(frame)
     return out
 
 
@@ -201,12 +205,15 @@ def _window(row) -> WindowRecord:
     if not isinstance(rotation, bytes) or not isinstance(translation, bytes) or len(rotation) != 72 \
             or len(translation) != 24:
         raise ValueError("rotation or translation of another size than 9 and 3 float64")
-    similarity = Similarity(torch.tensor(float(checked_array(np.float64(scale), (), "scale")), dtype=torch.float64),
-                            torch.from_numpy(checked_array(np.frombuffer(rotation, np.float64), (9,), "rotation")
-                                             .reshape(3, 3).copy()),
+    if error is not None and type(error) not in (int, float):   # NaN (no overlap) is stored as NULL
+        raise ValueError(f"overlap error {error!r} is not a number")
+    similarity = Similarity(torch.tensor(scale_value(scale), dtype=torch.float64),
+                            torch.from_numpy(checked_array(np.frombuffer(rotation, np.float64), (9,), "rotation",
+                                                           MAX_MAGNITUDE).reshape(3, 3).copy()),
                             torch.from_numpy(checked_array(np.frombuffer(translation, np.float64), (3,),
-                                                           "translation").copy()))
-    return WindowRecord(window, first, similarity, float("nan") if error is None else float(error))
+                                                           "translation", MAX_MAGNITUDE).copy()))
+    return WindowRecord(integer(window, "window"), integer(first, "first index"), similarity,
+                        float("nan") if error is None else float(error))
 
 
 def stored_windows(conn: sqlite3.Connection, run: int, refused: list | None = None) -> list[WindowRecord]:
@@ -266,16 +273,30 @@ def load_run(conn: sqlite3.Connection, info: RunInfo, refused: list | None = Non
                      np.array(positions, np.float64).reshape(-1, 3))
 
 
-def load_keyframe_images(conn: sqlite3.Connection, run: int) -> dict[int, KeyframeImage]:
+def _keyframe_image(index, width, height, intrinsic, jpeg) -> tuple[int, KeyframeImage]:
+    """A stored keyframe image, checked: its intrinsics 9 finite values, its JPEG decodes to its
+    stored size."""
+    width, height = integer(width, "width"), integer(height, "height")
+    if not isinstance(intrinsic, bytes) or len(intrinsic) != 72:
+        raise ValueError("intrinsics of another size than 9 float64")
+    k = checked_array(np.frombuffer(intrinsic, np.float64), (9,), "intrinsics", MAX_MAGNITUDE).reshape(3, 3)
+    if not isinstance(jpeg, bytes):
+        raise ValueError(f"image of type {type(jpeg).__name__}, not JPEG bytes")
+    decoded = decode_compressed(jpeg, "jpeg")
+    if decoded.shape[:2] != (height, width):
+        raise ValueError(f"a JPEG of {decoded.shape[1]}x{decoded.shape[0]} stored as {width!r}x{height!r}")
+    return integer(index, "index"), KeyframeImage(jpeg, width, height, k.copy())
+
+
+def load_keyframe_images(conn: sqlite3.Connection, run: int, refused: list | None = None) -> dict[int, KeyframeImage]:
     """The run's stored keyframe images by frame index (none in a file of schema 1, which
-    predates them)."""
+    predates them); a damaged one is left out (``_refuse``)."""
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'keyframe_images'").fetchone() is None:
         return {}
     images = {}
-    for index, width, height, intrinsic, jpeg in conn.execute(
-            "SELECT idx, width, height, intrinsic, jpeg FROM keyframe_images WHERE run = ? ORDER BY idx", (run,)):
-        k = np.frombuffer(intrinsic, np.float64)
-        if k.size != 9:
-            raise MapDatabaseError(f"run {run}: the stored intrinsics of frame {index} are damaged ({k.size} values)")
-        images[index] = KeyframeImage(bytes(jpeg), int(width), int(height), k.reshape(3, 3).copy())
+    for row in conn.execute("SELECT idx, width, height, intrinsic, jpeg FROM keyframe_images WHERE run = ? "
+                            "ORDER BY idx", (run,)):
+        image = read_record(refused, f"run {run}: keyframe image {row[0]}", lambda: _keyframe_image(*row))
+        if image is not None:
+            images[image[0]] = image[1]
     return images

@@ -26,7 +26,8 @@ import threading
 import numpy as np
 
 from .schema import resolve_path
-from .writer import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS, MapWriter
+from .events import CLEARED, CONTINUATION, CONVERSION, FINISHED, FRAME, IMAGE, PITCH, POINTS, REMOVED, WINDOWS
+from .writer import MapWriter
 from ..records import MapperOutput
 
 

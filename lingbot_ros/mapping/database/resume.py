@@ -26,9 +26,11 @@ import torch
 
 from ..placement.conversion import Placement
 from ..windows.live import WindowRecord
-from .schema import CRASHED, RUNNING, WriterLock, connect, resolve_path, runs
-from .blobs import MapDatabaseError
-from .blobs import blob_array, blob_arrays, checked_array
+from .run_info import runs
+from .schema import CRASHED, RUNNING, connect, resolve_path
+from .writer_lock import WriterLock
+from .blobs import MAX_MAGNITUDE, MapDatabaseError
+from .blobs import blob_array, blob_arrays, checked_array, integer
 from ..placement.conversion import MapConversion
 from .continuation import ResumedFrame
 from .readback import read_record, conversion, load_finished, replay_voxel_map, stored_poses, stored_windows
@@ -92,7 +94,7 @@ def load_resumed(settings, device: str, preprocessor=None) -> tuple[Resumed | No
             if WriterLock.held(path):
                 return None, f"resume: run {info.id} is being written by another process; a new map starts"
             ending = CRASHED   # its writer is gone; the new run's writer marks it so in the file
-        refused = list(info.damaged)
+        refused = list(info.damaged + info.unreadable)
         if not refused:
             differ = [name for name in MAP_SHAPING if info.settings.get(name) != getattr(settings, name)]
             if differ:
@@ -112,10 +114,11 @@ def load_resumed(settings, device: str, preprocessor=None) -> tuple[Resumed | No
             # After a crash the continuation may be older than the last frames and windows stored:
             # the new window aligns to its frames all the same (their results are in the stream's
             # frame) and takes the next number and index after everything stored.
-            window = max([row[0]] + [record.window for record in records])
-            next_index = max(row[1], last + 1)
-            arrays = read_record(refused, f"run {info.id}: continuation", lambda: _continuation(row[2]))
-            if arrays is not None:
+            continued = read_record(refused, f"run {info.id}: continuation", lambda: _continuation(*row))
+            if continued is not None:
+                stored_window, stored_next, arrays = continued
+                window = max([stored_window] + [record.window for record in records])
+                next_index = max(stored_next, last + 1)
                 placement = Placement(rotation=arrays["rotation"], translation=arrays["translation"])
                 carried = {name: value for name, value in arrays.items()
                            if name not in ("rotation", "translation", "provisional")}
@@ -130,13 +133,14 @@ def load_resumed(settings, device: str, preprocessor=None) -> tuple[Resumed | No
             for seq, index, stamp_ns, rgb, pose_enc, depth, keyframe in conn.execute(
                     "SELECT seq, idx, stamp_ns, rgb, pose_enc, depth, keyframe FROM overlap_frames WHERE run = ? "
                     "ORDER BY seq", (info.id,)):
-                frame = read_record(refused, f"run {info.id}: continuation frame {seq}",
-                              lambda: _overlap_frame(rgb, pose_enc, depth, preprocessor, size))
+                frame = read_record(refused, f"run {info.id}: continuation frame {seq}", lambda: (
+                    integer(index, "index"), integer(stamp_ns, "stamp"),
+                    *_overlap_frame(rgb, pose_enc, depth, preprocessor, size)))
                 if frame is not None:
-                    size = size or (frame[0].shape, tuple(frame[2].shape))
-                    result = StoredResult(torch.from_numpy(frame[1]).to(device), torch.from_numpy(frame[2]).to(device),
+                    size = size or (frame[2].shape, tuple(frame[4].shape))
+                    result = StoredResult(torch.from_numpy(frame[3]).to(device), torch.from_numpy(frame[4]).to(device),
                                           bool(keyframe))
-                    overlap.append(ResumedFrame(index, stamp_ns, frame[0], result))
+                    overlap.append(ResumedFrame(frame[0], frame[1], frame[2], result))
         finished = load_finished(conn, info.id, settings.max_map_points, settings.max_trajectory_poses, refused)
         if refused:
             more = f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
@@ -144,23 +148,26 @@ def load_resumed(settings, device: str, preprocessor=None) -> tuple[Resumed | No
                           f"{more}); a new map starts")
         return Resumed(info.id, ending, trajectory, voxel_map, finished, conversion(info), records, info.mount,
                        next_index, window, placement, overlap, provisional, carried, stale), ""
-    except (MapDatabaseError, sqlite3.Error, KeyError, ValueError) as error:   # a damaged record: never raise
+    # A damaged record the checks above did not name: never raised into the Mapper.
+    except (MapDatabaseError, sqlite3.Error, KeyError, ValueError, TypeError, IndexError) as error:
         return None, f"resume: the last run in {path} cannot be read ({error}); a new map starts"
     finally:
         conn.close()
 
 
-def _continuation(blob: bytes) -> dict:
+def _continuation(window, next_index, blob: bytes) -> tuple[int, int, dict]:
+    """The stored continuation's window number, next frame index and arrays, checked."""
+    integer(window, "window"), integer(next_index, "next index")
     arrays = blob_arrays(blob)
-    checked_array(arrays["rotation"], (3, 3), "placement rotation")
-    checked_array(arrays["translation"], (3,), "placement translation")
+    checked_array(arrays["rotation"], (3, 3), "placement rotation", MAX_MAGNITUDE)
+    checked_array(arrays["translation"], (3,), "placement translation", MAX_MAGNITUDE)
     if arrays["provisional"].ndim != 2 or arrays["provisional"].shape[1:] != (2,) \
             or not np.issubdtype(arrays["provisional"].dtype, np.integer):
         raise ValueError(f"provisional frames of shape {arrays['provisional'].shape}, not [N, 2] integers")
     for name, value in arrays.items():   # the scale state and odometry it carries
         if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
             raise ValueError(f"{name} holds non-finite values")
-    return arrays
+    return window, next_index, arrays
 
 
 def _overlap_frame(rgb_blob, pose_enc_blob, depth_blob, preprocessor, size) -> tuple:

@@ -47,30 +47,20 @@ cleanly) are inserts with ``provisional = 1``, replayed into a copy as ``Mapper.
 a checkpoint keeps them (their continuation replaces them).
 
 A rig's cameras are written by one writer (one connection, one transaction: writer.py).
-One process writes at a time: the writer holds an exclusive ``flock`` on ``<db>-writer.lock``
-beside the file the path resolves to (so two paths to one file, a symlink say, meet at one lock;
-the lock itself is never followed through a symlink). The lock also says a run without an end is
-dead, not running, when the next writer marks it "crashed". Readers (``lingbot-ros-map``) need no
-lock and open the file read-only.
+One process writes at a time (writer_lock.py); readers (``lingbot-ros-map``, a resume) need no
+lock and open the file read-only (``connect``). A run's own row is read back by run_info.py, the
+older runs are marked and pruned by retention.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
-import fcntl
-import json
-import math
 import os
 import sqlite3
-import stat
 import urllib.parse
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
 
 from ..files.paths import ros_home
-from .blobs import MapDatabaseError, checked_array
+from .blobs import MapDatabaseError
 
 SCHEMA_VERSION = 3
 RUNNING, CLEAN, CRASHED = "running", "clean", "crashed"
@@ -122,6 +112,7 @@ CREATE TABLE rig_cameras (
     scale REAL, scale_source TEXT NOT NULL DEFAULT 'unknown', scale_text TEXT NOT NULL DEFAULT '');
 """,
 }
+JOURNAL_SUFFIXES = ("-wal", "-shm", "-journal")   # SQLite's files beside the database
 RUN_TABLES = ("frames", "windows", "map_inserts", "map_checkpoints", "finished_streams", "continuations",
               "overlap_frames", "keyframe_images", "rig_cameras")
 
@@ -143,12 +134,16 @@ def describe_error(error: BaseException, path: Path) -> str:
             return f"{path} is corrupt, left untouched ({text})"
     if isinstance(error, PermissionError):
         return f"{path} cannot be written ({error.strerror})"
+    if isinstance(error, OSError) and error.errno in (errno.EROFS, errno.ENOSPC):
+        return (f"{path} is read-only ({error.strerror})" if error.errno == errno.EROFS
+                else f"the disk holding {path} is full ({error.strerror})")
     return f"{path}: {type(error).__name__}: {text}"
 
 
 def connect(path: Path, readonly: bool) -> sqlite3.Connection:
     """A connection (autocommit: transactions are explicit) that has checked the file is a sound
     database of a schema this code knows. Raises MapDatabaseError."""
+    _refuse_linked_journal(path)
     try:
         if readonly:
             conn, check = _open_readonly(path)
@@ -196,23 +191,33 @@ def connect(path: Path, readonly: bool) -> sqlite3.Connection:
         raise MapDatabaseError(describe_error(error, path)) from None
 
 
-def lock_path(path: Path) -> Path:
-    """``<db>-writer.lock`` beside the file the path resolves to: two processes reaching one
-    database through different paths (a symlink, ``..``) meet at one lock."""
-    return Path(f"{os.path.realpath(path)}-writer.lock")
+def _refuse_linked_journal(path: Path) -> None:
+    """SQLite refuses a symlink at the database's -wal, -shm or -journal (it would write its journal
+    into the file the link points at) with a bare "unable to open database file": say which."""
+    for suffix in JOURNAL_SUFFIXES:
+        journal = f"{os.path.realpath(path)}{suffix}"
+        if os.path.islink(journal):
+            raise MapDatabaseError(f"{journal} is a symlink, not followed (SQLite would write its journal into "
+                                   "the file it points at); remove it")
 
 
 def _open_readonly(path: Path) -> tuple[sqlite3.Connection, str]:
-    """A read-only connection (URI mode=ro: nothing of the file is ever written) and its quick_check.
-    A WAL database closed cleanly on a read-only file system has no -shm and none can be made: it
-    is opened ``immutable`` then (no writer can be changing it there)."""
-    uri = f"file:{urllib.parse.quote(os.path.realpath(path))}?mode=ro"
+    """A read-only connection (URI mode=ro: the database file is never written; in a writable
+    directory SQLite makes the -wal and -shm it reads alongside a writer with, empty when none
+    writes) and its quick_check. A WAL database closed cleanly on a read-only file system has no
+    -shm and none can be made: it is opened ``immutable`` then (no writer can be changing it there)."""
+    real = os.path.realpath(path)
+    uri = f"file:{urllib.parse.quote(real)}?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         return conn, conn.execute("PRAGMA quick_check").fetchone()[0]
     except sqlite3.OperationalError:
-        if os.path.exists(f"{os.path.realpath(path)}-wal") or _writable_directory(path):
+        if _writable_directory(path):
             raise
+        if os.path.exists(f"{real}-wal"):   # immutable would skip the writer's last commits in it
+            raise MapDatabaseError(f"{path} cannot be read on this read-only disk: its -wal holds the last commits "
+                                   "of a writer that did not end, and SQLite cannot make the -shm it reads them "
+                                   "with here; copy the file with its -wal to a writable disk") from None
     conn = sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
     return conn, conn.execute("PRAGMA quick_check").fetchone()[0]
 
@@ -223,175 +228,3 @@ def _writable_directory(path: Path) -> bool:
         return not os.statvfs(directory).f_flag & os.ST_RDONLY and os.access(directory, os.W_OK)
     except OSError:
         return False
-
-
-class WriterLock:
-    """The one-writer lock: an exclusive flock on ``lock_path(db)`` holding the owner's pid. The
-    lock file is opened with O_NOFOLLOW: a symlink there is refused, never followed into the file
-    it points at (whose content the pid would replace)."""
-
-    def __init__(self, path: Path):
-        self.path = lock_path(path)
-        try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise MapDatabaseError(f"{self.path} is a symlink, not followed (it would overwrite the file it "
-                                       "points at); remove it: this run is not stored") from None
-            raise MapDatabaseError(describe_error(error, self.path)) from None
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            os.close(self._fd)
-            raise MapDatabaseError(f"{self.path} is not a regular file; this run is not stored")
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self._fd)
-            raise MapDatabaseError(f"{path} is being written by another process (pid {owner}); "
-                                   "this run is not stored") from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    @staticmethod
-    def held(path: Path) -> bool:
-        """Whether a writer holds ``path`` now (readers use it to tell a running run from a crashed one)."""
-        try:
-            fd = os.open(lock_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-
-
-def mark_crashed(conn: sqlite3.Connection) -> list[int]:
-    """Runs still 'running' when a new writer opens the file died without their end: say so."""
-    ids = [row[0] for row in conn.execute("SELECT id FROM runs WHERE ending = ?", (RUNNING,))]
-    conn.execute("UPDATE runs SET ending = ? WHERE ending = ?", (CRASHED, RUNNING))
-    return ids
-
-
-def delete_run(conn: sqlite3.Connection, run: int) -> None:
-    for table in RUN_TABLES:
-        conn.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
-    conn.execute("DELETE FROM runs WHERE id = ?", (run,))
-    conn.execute("DELETE FROM rigs WHERE id NOT IN (SELECT rig FROM rig_cameras)")
-
-
-def used_bytes(conn: sqlite3.Connection) -> int:
-    """Bytes of pages in use (freed pages are reused by later writes, so the file stops growing)."""
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
-    return page_size * pages
-
-
-def apply_retention(conn: sqlite3.Connection, keep: Sequence[int], max_runs: int, max_mb: float) -> list[int]:
-    """Delete the oldest runs (never ``keep``, the new one or the new rig's) beyond ``max_runs``
-    (0 = any number) and while the used size is over ``max_mb`` (0 = any size); a rig counts as
-    one run and its runs go together. Returns the deleted ids."""
-    units: dict[tuple, list[int]] = {}   # oldest first: a rig, or a run of its own
-    for run, rig in conn.execute("SELECT r.id, c.rig FROM runs r LEFT JOIN rig_cameras c ON c.run = r.id "
-                                 "ORDER BY r.id"):
-        if run not in keep:
-            units.setdefault(("rig", rig) if rig is not None else ("run", run), []).append(run)
-    older, deleted = list(units.values()), []
-    while older and ((max_runs and len(older) + 1 > max_runs) or (max_mb and used_bytes(conn) > max_mb * 1e6)):
-        for run in older.pop(0):
-            deleted.append(run)
-            delete_run(conn, run)
-    return deleted
-
-
-@dataclasses.dataclass(frozen=True)
-class RunInfo:
-    id: int
-    started_ns: int
-    last_commit_ns: int | None
-    ended_ns: int | None
-    ending: str
-    settings: dict                  # {} where the record is damaged
-    model: str
-    scale: float
-    scale_known: bool
-    mount: np.ndarray | None
-    origins: np.ndarray | None      # [6]: the conversion's origin in I, then in map
-    frames: int
-    keyframes: int
-    windows: int
-    map_inserts: int
-    damaged: tuple[str, ...] = ()   # the run's own records that cannot be read: "run N: record: why"
-    rig: RigCamera | None = None    # the rig camera it records (None: a single camera's run)
-
-
-@dataclasses.dataclass(frozen=True)
-class RigCamera:
-    """A run's place in a rig (``rig_cameras``)."""
-
-    rig: int
-    position: int
-    camera: str
-    primary: bool
-    scale: float | None             # primary map units per unit of this camera's map; None: unknown
-    scale_source: str
-    scale_text: str
-
-
-def rig_cameras(conn: sqlite3.Connection) -> dict[int, RigCamera]:
-    """Each rig run's camera by run id ({} in a file older than schema 3)."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rig_cameras'").fetchone() is None:
-        return {}
-    out = {}
-    for run, rig, position, camera, scale, source, text, primary in conn.execute(
-            "SELECT c.run, c.rig, c.position, c.camera, c.scale, c.scale_source, c.scale_text, r.primary_camera "
-            "FROM rig_cameras c JOIN rigs r ON r.id = c.rig"):
-        if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-            # Damaged: read as not known (the camera stays out of the rig's map), and said so.
-            scale, source, text = None, "unknown", f"the stored scale {scale!r} is damaged (not a positive number)"
-        out[run] = RigCamera(rig, position, str(camera), camera == primary, None if scale is None else float(scale),
-                             str(source), str(text))
-    return out
-
-
-def _settings(text) -> dict:
-    try:
-        value = json.loads(text)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"not JSON ({error})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"JSON {type(value).__name__}, not an object")
-    return value
-
-
-def runs(conn: sqlite3.Connection) -> list[RunInfo]:
-    """Every run; a run record that cannot be read is named in its ``damaged`` (never raised)."""
-    out, cameras = [], rig_cameras(conn)
-    for row in conn.execute("SELECT id, started_ns, last_commit_ns, ended_ns, ending, settings, model, scale, "
-                            "scale_known, mount, origins FROM runs ORDER BY id").fetchall():
-        run, damaged = row[0], []
-        frames, keyframes = conn.execute("SELECT COUNT(*), COALESCE(SUM(keyframe), 0) FROM frames WHERE run = ?",
-                                         (run,)).fetchone()
-        windows = conn.execute("SELECT COUNT(*) FROM windows WHERE run = ?", (run,)).fetchone()[0]
-        inserts = conn.execute("SELECT COUNT(*) FROM map_inserts WHERE run = ?", (run,)).fetchone()[0]
-        values = {}
-        for name, read in (("settings", lambda: _settings(row[5])),
-                           ("scale", lambda: float(checked_array(np.float64(row[7]), (), "scale"))),
-                           ("mount", lambda: None if row[9] is None else checked_array(row[9], (4, 4), "mount")),
-                           ("origins", lambda: None if row[10] is None else checked_array(row[10], (6,), "origins"))):
-            try:
-                values[name] = read()
-            except (MapDatabaseError, ValueError, TypeError) as error:
-                values[name] = {} if name == "settings" else 1.0 if name == "scale" else None
-                damaged.append(f"run {run}: {name}: {error}")
-        out.append(RunInfo(run, row[1], row[2], row[3], row[4], values["settings"], str(row[6]), values["scale"],
-                           bool(row[8]), values["mount"], values["origins"], frames, keyframes, windows, inserts,
-                           tuple(damaged), cameras.get(run)))
-    return out

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..database.recorder import MapRecorder, open_rig_recorders
-from ..database.writer import RIG_SCALES
+from ..database.events import RIG_SCALES
 from ..factory import RigBundle
 from ..files.staged_files import StagedFiles
 from ..mapper import Mapper

@@ -3,7 +3,7 @@
 Each camera's run is read back as its Mapper's save (database/readback.py ``load_run``: the map
 and base trajectory in its ``map``, in its own units); the one map and the trajectories at the
 primary's scale are rig_map.py's, with each other camera's last stored scale against the primary
-(``rig_cameras``, database/schema.py). A camera whose stored scale is unknown is left out of
+(``rig_cameras``, database/run_info.py). A camera whose stored scale is unknown is left out of
 the map and its trajectory is in its own units, as in a save.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..database.blobs import MapDatabaseError
 from ..database.readback import StoredRun, load_run, setting
-from ..database.schema import RunInfo
+from ..database.run_info import RunInfo
 from ..settings import SettingsError
 from . import rig_map
 from .cameras import check_cameras
