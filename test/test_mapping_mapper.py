@@ -261,6 +261,27 @@ def test_a_failure_inside_the_phase_1_batch_counts_every_frame_of_it(make_mapper
     assert snapshot.processed + snapshot.failed + snapshot.rejected + snapshot.init_frames == 3
 
 
+def test_a_failure_of_the_short_phase_1_at_the_end_counts_its_frames_and_finish_returns(make_mapper, monkeypatch):
+    """finish() runs a stream shorter than num_scale_frames as a short phase 1: a model failure
+    there is a failure of those frames (counted, named), never an exception out of finish."""
+    mapper = make_mapper()   # num_scale_frames 3: two frames stay buffered
+    for i in range(2):
+        mapper.process(frame(8 * i, stamp_s=1.0 + i))
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(mapper.session, "close_scale_phase", boom)
+    outcome = mapper.finish()
+    assert [n.kind for n in outcome.notices] == [FAILED] and "simulated" in outcome.notices[0].text
+    snapshot = mapper.snapshot
+    assert (snapshot.processed, snapshot.failed, snapshot.init_frames) == (0, 2, 0)
+    assert "last scale frames" in snapshot.last_error
+    monkeypatch.undo()
+    mapper.process(frame(16, stamp_s=4.0))   # the session was reset: the next frame starts a stream
+    assert mapper.snapshot.init_frames == 1
+
+
 @pytest.mark.parametrize("name", ["depth", "intrinsic", "world_points"])
 def test_a_frame_with_non_finite_depth_intrinsics_or_points_is_a_counted_failure(make_mapper, monkeypatch,
                                                                                 tmp_path, name):

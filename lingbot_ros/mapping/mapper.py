@@ -171,7 +171,9 @@ class Mapper:
                 self._switch_window(outcome)
             self._run(outcome, Pending(frame, index, 0, False, image))
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
-            self._fail(outcome, frame, index, error)
+            self._failed(outcome, f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}", error, index,
+                         " (stream restarted, continuing)")
+            self._end_stream(outcome, "model error", keep_map=True, lost=True)
             return
         reason = self.long_run.restart_reason(self.session.usage())
         if reason:
@@ -193,10 +195,9 @@ class Mapper:
         return self._done(outcome)
 
     def rollback_last_frame(self) -> str:
-        """Undo the newest frame: cache, pose (trajectory), points (if not yet merged). Raises
-        NothingToRollback, having changed nothing, when the newest frame cannot be undone: none
-        given, a phase-1 frame already placed, a frame not stored in the cache (keyframe
-        interval, motion policy) or one a window runs again for its alignment."""
+        """Undo the newest frame: cache, pose (trajectory), points (if not yet merged). Raises NothingToRollback,
+        having changed nothing, when the newest frame cannot be undone: none given, a phase-1 frame already
+        placed, a frame not stored in the cache (keyframe interval, motion policy) or one a window runs again."""
         why = self._stream.rollback_refusal(self.session.rollback_refusal())
         if why:
             raise NothingToRollback(why)
@@ -384,11 +385,14 @@ class Mapper:
         unconfirmed = state.stamps.unconfirmed()   # a reset or the end of the input: nothing followed it
         if unconfirmed is not None:
             self._reject(outcome, unconfirmed[0].reason)
-        if lost:
-            state.run.awaiting.clear()
-        else:
-            with torch.inference_mode():
-                self._place(outcome, self.session.close_scale_phase())
+        try:
+            if not lost:
+                with torch.inference_mode():
+                    self._place(outcome, self.session.close_scale_phase())
+        except Exception as error:   # as a frame's failure: its frames count as failed, the run ends
+            self._failed(outcome, "model failed on the last scale frames", error, None)
+            self.session.reset()
+        state.run.awaiting.clear()   # placed, lost or failed
         if state.windows is not None:
             self._placing.windows_end(outcome, state)
 
@@ -416,14 +420,11 @@ class Mapper:
             kept = "map continues from the last pose" if keep_map else "map cleared"
             outcome.notices.append(Notice(RESTART, f"stream restarted ({kept}): {reason}"))
 
-    def _fail(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception) -> None:
-        text = (f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}: "
-                f"{type(error).__name__}: {error}")
-        lost = self._stream.run.lost(index, self._status.last_placed)
+    def _failed(self, outcome: StepOutcome, what: str, error: Exception, index: int | None, then: str = "") -> None:
+        text, lost = f"{what}: {type(error).__name__}: {error}", self._stream.run.lost(index, self._status.last_placed)
         self._status = replace(self._status.counted(failed=len(lost)), last_error=text)
-        outcome.notices.append(Notice(FAILED, text + " (stream restarted, continuing)"))
+        outcome.notices.append(Notice(FAILED, text + then))
         self.bundle.release_cached_memory()
-        self._end_stream(outcome, "model error", keep_map=True, lost=True)
 
     def _reject(self, outcome: StepOutcome, text: str) -> None:
         self._status = replace(self._status.counted(rejected=1), last_error=text)

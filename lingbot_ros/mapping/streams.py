@@ -85,12 +85,13 @@ class SessionRun:
                     "newest frame can be rolled back, and only while it is stored")
         return ""
 
-    def lost(self, index: int, last_placed: int | None) -> set[int]:
+    def lost(self, index: int | None, last_placed: int | None) -> set[int]:
         """The frames a failure on frame ``index`` loses: the buffered ones never placed (frames are
-        placed in index order) and ``index`` itself unless it got its pose."""
+        placed in index order) and ``index`` itself unless it got its pose (None: a failure of the
+        buffered frames alone)."""
         placed = -1 if last_placed is None else last_placed
         lost = {p.index for p in self.awaiting if not p.rerun and p.index > placed}
-        return lost if last_placed == index else lost | {index}
+        return lost if index is None or last_placed == index else lost | {index}
 
 
 @dataclasses.dataclass
