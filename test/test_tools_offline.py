@@ -261,3 +261,22 @@ def test_offline_warms_up_on_its_inputs_first_image_that_decodes(tmp_path, capsy
     assert (f"warming up on 518x294 images (from the first image of folder {folder} (8 images at 10 Hz); "
             "model input 112x70)") in err
     assert err.count("rejected: frame skipped: image") == 1 and "000000" in err
+
+
+def test_offline_resume_says_what_it_continues_or_why_a_new_map_starts(tmp_path, capsys, fixture_dir):
+    """--resume prints the Mapper's resume text, as the node logs it: the run it continues, or
+    (nothing stored, a damaged run) why a new map starts."""
+    database = tmp_path / "map.db"
+
+    def run(out: str) -> str:
+        code = main(["--model-config", str(fixture_dir / "config.json"), "--checkpoint", str(fixture_dir / "ckpt.pt"),
+                     "--input", "synthetic:112x84:5", "--output", str(tmp_path / out), "--device", "cpu",
+                     "--num-scale-frames", "2", "--image-width", "112", "--min-confidence", "1.0",
+                     "--map-database", str(database), "--resume"])
+        assert code == 0
+        return capsys.readouterr().err
+
+    first = run("first")
+    assert "lingbot-ros-offline: resume:" in first and "new map" in first, first
+    second = run("second")
+    assert "lingbot-ros-offline: resume" in second and "run 1" in second, second

@@ -162,6 +162,8 @@ def started(settings, source, build, new_mapper, cameras: int = 1):
                   f"{bundle.untrained_warning()}.\n!! Use --checkpoint for a map.\n" + "!" * 78 + "\n",
                   file=sys.stderr)
         mapper = new_mapper(bundle)
+        if settings.resume and cameras == 1:   # what it continues, or why a new map starts (as the node logs)
+            print(f"lingbot-ros-offline: {mapper.snapshot.state_text}", file=sys.stderr, flush=True)
         if settings.warmup:
             size = warmup_size(settings, found_in_source(source) if settings.warmup_image_size == AUTO else None)
             if size.warning:
