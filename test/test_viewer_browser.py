@@ -4,7 +4,6 @@ model), the page loaded in headless Chromium; the page must say that it holds th
 in test/artefacts/ (README.md shows one). Then lingbot-ros-map view of the run's database."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from lingbot_ros.mapping.files.export import read_ply, read_tum
 from lingbot_ros.mapping.store.map_view import stride
 
 from browser import Browser
+from helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ARTEFACTS = REPO / "test" / "artefacts"
@@ -26,12 +26,6 @@ FRAMES = 16
 BUDGET = 2000
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Tool:

@@ -6,19 +6,13 @@ import time
 import pytest
 
 pytest.importorskip("rclpy")
-from helpers import TIMEOUT, interrupt_and_check_exit  # noqa: E402
+from helpers import TIMEOUT, free_port, interrupt_and_check_exit  # noqa: E402
 
 from browser import Browser  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 # Every frame of the replay queued and processed, none dropped (the replay does not wait for the node).
 QUEUE = ("image_qos:=reliable", "image_qos_depth:=100", "queue_size:=100", "max_stamp_gap_s:=0.0")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def replay_and_settle(ros, bag):
