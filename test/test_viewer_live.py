@@ -26,6 +26,8 @@ from lingbot_ros.mapping.records import MapperOutput
 from lingbot_ros.mapping.store.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
 
+from helpers import free_port
+
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 FRAMES = 10
 
@@ -50,12 +52,6 @@ def courthouse(shared_data):
         if len(frames) == FRAMES:
             return frames
     return frames
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run(mapper, frames, viewer=None, between=None):
@@ -205,6 +201,20 @@ def test_a_port_in_use_is_refused_clearly():
         port = taken.getsockname()[1]
         with pytest.raises(ViewerError, match=f"127.0.0.1:{port}: in use; pick another port"):
             LiveView(port)
+
+
+def test_a_connection_closed_before_its_request_logs_nothing(caplog):
+    """A browser's preconnect closed unused (or a tab closed while connecting), before any page
+    was served: no traceback on the mapping terminal."""
+    viewer = LiveView(free_port())
+    try:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", int(viewer.url.rsplit(":", 1)[1])), timeout=5):
+                pass
+        threading.Event().wait(1.0)   # the server's handshake gives up on each
+    finally:
+        viewer.close()
+    assert not [record for record in caplog.records if record.name.startswith("websockets")], caplog.text
 
 
 def test_without_viser_the_error_says_what_to_install(monkeypatch):

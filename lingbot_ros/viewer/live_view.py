@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import logging
 import socket
 import threading
 import time
@@ -28,6 +29,18 @@ DEFAULT_POINT_BUDGET = 200_000
 POSE_BUDGET = 10_000        # camera positions drawn (the path is an even sample beyond it)
 MAP_REFRESH_S = 1.0         # the map and path are read at most this often; the camera every frame
 HOST = "127.0.0.1"
+
+
+class _QuietHandshakes(logging.Filter):
+    """A browser that closes a connection before sending its request (a preconnect, a reload, a
+    closed tab) makes websockets log a traceback on the mapping terminal; viser filters it only
+    once it served a first request. Nothing of mapping is behind it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "opening handshake failed"
+
+
+_QUIET_HANDSHAKES = _QuietHandshakes()   # one instance: addFilter adds it once
 
 
 class ViewerError(Exception):
@@ -78,6 +91,7 @@ class LiveView:
             raise ViewerError(f"the live view's point budget must be >= 1, got {point_budget}")
         viser = _import_viser()
         _refuse_busy(host, port)
+        logging.getLogger("websockets.server").addFilter(_QUIET_HANDSHAKES)
         self._server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
         if self._server.get_port() != port:   # taken between the probe and the bind
             self._server.stop()
