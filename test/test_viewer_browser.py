@@ -67,8 +67,10 @@ def shows_a_map(path: Path) -> None:
 
 
 def screenshot_when(browser: Browser, text: str, name: str) -> None:
-    """Once the page says ``text``, its screenshot (test/artefacts/NAME) shows the map."""
-    browser.wait_for_text(text)
+    """Once the page says ``text``, its scene tree holds the map, the path and the camera, and its
+    screenshot (test/artefacts/NAME) shows them."""
+    page = browser.wait_for_text(text)
+    assert {"/map", "/trajectory", "/camera"} <= set(page.split("\n")), page[-2000:]
     time.sleep(5.0)   # the point cloud faded in
     shows_a_map(browser.screenshot(ARTEFACTS / name))
 

@@ -16,7 +16,7 @@ from lingbot_ros.io.sources import open_source
 from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.placement.conversion import MapConversion
 from lingbot_ros.mapping.store.map_store import MapStore
-from lingbot_ros.mapping.store.map_view import sample_path, stride
+from lingbot_ros.mapping.store.map_view import ViewCamera, sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
@@ -54,17 +54,22 @@ def courthouse(shared_data):
     return frames
 
 
-def run(mapper, frames, viewer=None, between=None):
-    """The offline tool's loop; ``between(i)`` runs after frame i (a browser's doing)."""
+def run(mapper, frames, viewer=None, between=None, outputs=None):
+    """The offline tool's loop; ``between(i)`` runs after frame i (a browser's doing); the new
+    outputs are added to ``outputs``."""
     for i, item in enumerate(frames):
         outcome = mapper.process(item)
         if viewer is not None:
             viewer.update(mapper, outcome)
         if between is not None:
             between(i)
+        if outputs is not None:
+            outputs.extend(outcome.new)
     outcome = mapper.finish()
     if viewer is not None:
         viewer.update(mapper, outcome, refresh=True)
+    if outputs is not None:
+        outputs.extend(outcome.new)
     return mapper.saved_trajectory().poses(), mapper.map_points()
 
 
@@ -266,7 +271,8 @@ def test_a_hundred_reloads_and_dropped_clients_do_not_change_mapping(make_mapper
         if i == 0:
             browser.start()
     try:
-        poses, (xyz, rgb) = run(make_mapper(), courthouse, viewer, between=alongside)
+        outputs = []
+        poses, (xyz, rgb) = run(make_mapper(), courthouse, viewer, between=alongside, outputs=outputs)
         browser.join(120)
         assert viewer.settle(30) and not viewer.error
     finally:
@@ -280,6 +286,10 @@ def test_a_hundred_reloads_and_dropped_clients_do_not_change_mapping(make_mapper
     assert viewer.nodes["/trajectory"].points.shape == (FRAMES - 1, 2, 3)
     np.testing.assert_allclose(viewer.nodes["/camera"].position, view.camera_positions[-1],
                                atol=1e-6)
+    # The camera's node, made once and set in place since, has the newest camera's frustum.
+    camera, newest = viewer.nodes["/camera"], ViewCamera.of_output(outputs[-1])
+    assert camera.fov == pytest.approx(newest.fov_y) and camera.aspect == pytest.approx(newest.aspect)
+    np.testing.assert_allclose(camera.wxyz, viser.transforms.SO3.from_matrix(newest.pose[:3, :3]).wxyz, atol=1e-6)
     np.testing.assert_array_equal(poses, reference_poses)
     np.testing.assert_array_equal(xyz, reference_xyz)
     np.testing.assert_array_equal(rgb, reference_rgb)
