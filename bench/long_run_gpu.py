@@ -102,7 +102,7 @@ def main(argv=None) -> int:
             print(f"frame {i}: " + "; ".join(n.text for n in outcome.notices), flush=True)
         if i in (1000, 3000) or (i + 1) % args.progress_every == 0 or i == args.frames - 1:
             memory_at[i + 1] = int(torch.cuda.memory_allocated()) if cuda else 0
-            captures_at[i + 1] = mapper.session.stats()["graph_captures"]
+            captures_at[i + 1] = mapper.session.stats().graph_captures
             recent = times[max(0, i + 1 - args.progress_every):i + 1]
             print(f"frame {i + 1}/{args.frames}: median {np.median(recent):.2f} ms over the last "
                   f"{len(recent)}, window {windows[i]}, allocated {memory_at[i + 1] / 2**30:.2f} GiB, "

@@ -69,7 +69,7 @@ def run_variant(model, name: str, settings: MapperSettings, frames: int, pattern
             # The node's motion policy: every frame stored with deferred eviction, then either
             # kept (flush) or rolled back; here every third frame is rolled back.
             results = session.step(img, keyframe=True)
-            if session.stats()["frames_stored"] > settings.num_scale_frames and i % 3 == 2:
+            if session.stats().frames_stored > settings.num_scale_frames and i % 3 == 2:
                 session.rollback_last_frame()
             else:
                 session.flush()
@@ -86,9 +86,9 @@ def run_variant(model, name: str, settings: MapperSettings, frames: int, pattern
         if device.startswith("cuda") and i + 1 in (100, frames):
             mem_at[i + 1] = torch.cuda.memory_allocated()
     session_stats = session.stats()
-    stats = session_stats["kv_cache"]
-    out = {"name": name, "times": times_ms, "warmup_s": warmup_s or 0.0, "mem_at": mem_at, "stats": stats,
-           "captures": session_stats["graph_captures"], "capture_s": session_stats["graph_capture_seconds"],
+    out = {"name": name, "times": times_ms, "warmup_s": warmup_s or 0.0, "mem_at": mem_at,
+           "stats": session_stats.kv_cache, "captures": session_stats.graph_captures,
+           "capture_s": session_stats.graph_capture_seconds,
            "peak": torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0,
            "reserved": torch.cuda.memory_reserved() if device.startswith("cuda") else 0}
     del session

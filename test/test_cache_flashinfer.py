@@ -50,13 +50,15 @@ def test_flashinfer_matches_torch_backend(flags):
 
 @pytest.mark.parametrize("tokens, heads", [(37, 4), (1005, 16)])
 def test_flashinfer_fp8_matches_torch_backend_over_the_same_e4m3_values(tokens, heads):
-    """Float8 K/V: FlashInfer's FP8 kernel (queries in e4m3 too, probabilities rounded inside)
-    against the torch backend over the same stored values with e4m3-rounded queries; what is
-    left is the kernel's own FP8 rounding, a few percent, never a wrong page or a NaN."""
+    """Float8 K/V: FlashInfer (each layer's e4m3 pool cast into its bf16 scratch, bf16 queries)
+    against the torch backend over the same stored values, within the bf16 test's bound: both
+    attend over K/V as stored, nothing else is rounded to e4m3. Through a rollback and, with
+    37-token frames, a growth of the pools (the scratch follows); the pools stay byte-identical."""
     s = spec(kv_dtype=torch.float8_e4m3fn, tokens_per_frame=tokens, num_heads=heads)
     fast, slow = PagedKVCache(s, backend="flashinfer"), PagedKVCache(s, backend="torch")
     assert fast.layer_pool(0).dtype == torch.float8_e4m3fn
     g = torch.Generator(device="cuda").manual_seed(1)
+    pages = {fast.layer_pool(0).shape[0]}
     for step, (num_frames, store, defer) in enumerate(SCHEDULE):
         for cache in (fast, slow):
             cache.defer_evictions = defer
@@ -65,11 +67,16 @@ def test_flashinfer_fp8_matches_torch_backend_over_the_same_e4m3_values(tokens, 
             q, k, v = (torch.randn(num_frames * s.tokens_per_frame, s.num_heads, s.head_dim,
                                    generator=g, device="cuda", dtype=s.dtype) for _ in range(3))
             out = fast.attend(layer, q, k, v).float()
-            expected = slow.attend(layer, q.to(torch.float8_e4m3fn).to(s.dtype), k, v).float()
-            assert torch.isfinite(out).all()
-            error = ((out - expected).norm() / expected.norm()).item()
-            assert error < 0.05, f"step {step} layer {layer}: relative error {error:.3f}"
+            expected = slow.attend(layer, q, k, v).float()
+            torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2,
+                                       msg=lambda m: f"step {step} layer {layer}: {m}")
         assert torch.equal(fast.layer_pool(0).view(torch.uint8), slow.layer_pool(0).view(torch.uint8))
+        pages.add(fast.layer_pool(0).shape[0])
+        if step == 6:
+            for cache in (fast, slow):
+                cache.rollback_last_frame()
+    if tokens == 37:   # 6 specials of 37-token frames fill a page within the schedule
+        assert len(pages) > 1, "the schedule must grow the pools (the scratch is resized with them)"
 
 
 def test_auto_picks_flashinfer_for_half_precision_on_cuda():

@@ -27,7 +27,7 @@ def make_mapper(tiny_mapper):
 
 
 def stored(mapper) -> int:
-    return mapper.session.stats()["frames_stored"]
+    return mapper.session.stats().frames_stored
 
 
 def spy(monkeypatch, obj, name) -> list:
@@ -58,8 +58,8 @@ def test_motion_policy_keeps_and_flushes_or_rolls_back(make_mapper, monkeypatch)
         (output,) = mapper.process(frame(shift)).new
         assert output.is_keyframe and stored(mapper) == 3 + n
         assert (len(flushes), len(rollbacks)) == (n, 1)
-        assert mapper.session.stats()["kv_cache"].pending_pages == 0
-    assert mapper.session.stats()["kv_cache"].window_pages == 2
+        assert mapper.session.stats().kv_cache.pending_pages == 0
+    assert mapper.session.stats().kv_cache.window_pages == 2
     # A live change of the threshold applies to the next frame: 8 px at 640 is 4 px at 320.
     mapper.apply_live(mapper.settings.__class__(**{**mapper.settings.__dict__,
                                                    "keyframe_min_parallax_px": 100.0}))

@@ -40,7 +40,7 @@ def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
     final, captures = [], []
     for i, rgb in enumerate(images):
         final += mapper.process(InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8)).final
-        captures.append(mapper.session.stats()["graph_captures"])
+        captures.append(mapper.session.stats().graph_captures)
     final += mapper.finish().final
     assert mapper.snapshot.window == 3                          # windows start at 0, 26, 52, 78
     # Window 0 captures (first frame, special-stream growth); the later windows replay.

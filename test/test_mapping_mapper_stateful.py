@@ -328,7 +328,7 @@ class MapperMachine(RuleBasedStateMachine):
         snap = self.mapper.snapshot
         return ([e.key for e in self.mapper.saved_trajectory()], snap.processed, snap.init_frames,
                 snap.rolled_back, snap.keyframes, snap.cache_pages, snap.state_text,
-                self.mapper.session.stats()["frames_stored"])
+                self.mapper.session.stats().frames_stored)
 
     @invariant()
     def trajectory_and_counters(self):

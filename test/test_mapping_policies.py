@@ -14,10 +14,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from lingbot_ros.mapping.keyframes import FLUSH, KEEP, ROLLBACK, WORK_WIDTH, MotionPolicy
+from lingbot_ros.mapping.keyframes import FLUSH, KEEP, ROLLBACK, WORK_WIDTH, MotionPolicy, parallax_px, to_work_gray
 from lingbot_ros.mapping.windows.live import ROLLBACK_MARGIN, LiveWindows, Pending
 from lingbot_ros.mapping.long_run import CacheCaps, NoRestarts
-from lingbot_ros.stream.session import CacheUsage
+from lingbot_ros.stream.session import NOTHING_STORED, CacheUsage
 from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.placement.metric_scale import applied_scale
@@ -228,6 +228,13 @@ def test_motion_policy_step_by_step():
     assert policy.is_keyframe(shifted(12, size=(640, 360)))   # after a reset: the first frame again
 
 
+def test_parallax_measures_image_motion():
+    reference = to_work_gray(shifted(0))
+    assert parallax_px(reference, to_work_gray(shifted(0))) < 0.5
+    assert 9 < parallax_px(reference, to_work_gray(shifted(20))) < 11   # 20 px at 640 = 10 at 320
+    assert parallax_px(reference, np.zeros((10, 10), np.uint8)) == float("inf")
+
+
 def test_the_motion_policy_decides_what_a_stored_frame_becomes():
     """Phase 1 keeps every frame (it only sets the reference); after it a frame that moved is
     flushed in, one that did not is rolled back, each measured from the last kept one."""
@@ -252,11 +259,12 @@ def test_session_run_keeps_the_newest_frames_rollback_may_need():
 
 def test_session_run_says_why_the_newest_frame_cannot_be_rolled_back():
     run = SessionRun.new(rollback_depth=2, keyframe_interval=1, motion=None)
-    assert "no stored phase-2 frame" in run.rollback_refusal()     # nothing given yet
-    run.awaiting.append(pending(0))
+    assert run.rollback_refusal() == NOTHING_STORED                 # nothing given yet: the session's words
+    run.give(pending(0))
     assert run.rollback_refusal() == ""                             # a buffered scale frame: dropped
-    run.awaiting.clear()
-    run.given.extend([0, 1, 2])
+    assert list(run.given) == [0] and [p.index for p in run.awaiting] == [0]
+    run.awaiting.clear()                                            # phase 1 ran
+    run.given.extend([1, 2])
     run.stored.extend([1, 2])
     assert run.rollback_refusal() == ""                             # the newest given is stored
     run.given.append(3)                                             # not stored (not a keyframe)

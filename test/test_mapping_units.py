@@ -1,4 +1,4 @@
-"""mapping/: unprojection, point selection, voxel map, trajectory, PLY / TUM export."""
+"""mapping/: unprojection, point selection, voxel map, trajectory, PLY / TUM export, the axes into map."""
 import numpy as np
 import pytest
 import torch
@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from lingbot_ros.mapping.files.export import PlyFormatError, read_ply, read_tum, write_ply, write_tum
 from lingbot_ros.mapping.store.trajectory import Trajectory
+from lingbot_ros.mapping.placement.conversion import R_MAP_FROM_OPTICAL, Placement
 from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation, rotation_to_quaternion
 from lingbot_ros.mapping.store.voxel_map import VoxelMap, VoxelRangeError
 from lingbot_ros.mapping.store.points import depth_to_points, image_to_rgb_uint8, select_points
@@ -326,3 +327,44 @@ def test_ply_empty_cloud(tmp_path):
     write_ply(tmp_path / "empty.ply", np.zeros((0, 3)), np.zeros((0, 3), np.uint8))
     xyz, rgb = read_ply(tmp_path / "empty.ply")
     assert xyz.shape == (0, 3) and rgb.shape == (0, 3)
+
+
+# ---------------------------------------------------- Placement: the optical axes into map
+
+def rot_x(angle):
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+
+
+def test_identity_model_pose_is_identity_in_map():
+    np.testing.assert_allclose(Placement().camera_pose(np.eye(4))[:3, 3], 0)
+    # The optical axes of the first camera seen from map: z (forward) = map x, x (right) = -y,
+    # y (down) = -z.
+    pose = Placement().camera_pose(np.eye(4))
+    np.testing.assert_allclose(pose[:3, :3], R_MAP_FROM_OPTICAL)
+
+
+def test_camera_moving_forward_moves_along_map_x():
+    extrinsic = np.eye(4)
+    extrinsic[:3, 3] = [0.5, -0.2, 2.0]          # right 0.5, up 0.2, forward 2 (optical axes)
+    pose = Placement().camera_pose(extrinsic)
+    np.testing.assert_allclose(pose[:3, 3], [2.0, -0.5, 0.2])   # forward, right = -left, up
+
+
+def test_points_and_poses_use_the_same_conversion():
+    extrinsic = np.eye(4)
+    extrinsic[:3, :3] = rot_x(0.3)
+    extrinsic[:3, 3] = [1, 2, 3]
+    point_cam = np.array([0.1, -0.4, 5.0])
+    point_world = extrinsic[:3, :3] @ point_cam + extrinsic[:3, 3]
+    pose = Placement().camera_pose(extrinsic)
+    np.testing.assert_allclose(Placement().points(point_world[None])[0],
+                               pose[:3, :3] @ point_cam + pose[:3, 3])
+
+
+def test_pitching_the_camera_down_points_its_optical_axis_down_in_map():
+    extrinsic = np.eye(4)
+    extrinsic[:3, :3] = rot_x(-np.pi / 2)        # optical z turns towards optical +y (down)
+    pose = Placement().camera_pose(extrinsic)
+    optical_z_in_map = pose[:3, :3] @ [0, 0, 1]
+    np.testing.assert_allclose(optical_z_in_map, [0, 0, -1], atol=1e-12)

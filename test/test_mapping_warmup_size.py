@@ -81,11 +81,11 @@ def test_a_warm_up_on_the_sources_size_builds_nothing_at_the_first_frame(tiny_ma
         size = warmup_size(mapper.settings, found)
         mapper.warm_up(size)
         session = mapper.session
-        warmed = session.stats()["kv_cache"].bytes_allocated
+        warmed = session.stats().kv_cache.bytes_allocated
         outcomes = [mapper.process(f) for f in frames]
         outputs = [o for outcome in outcomes for o in outcome.new]
         assert len(outputs) == 5
-        after = session.stats()["kv_cache"].bytes_allocated
+        after = session.stats().kv_cache.bytes_allocated
         assert (after != warmed) == rebuilt, (size, warmed, after)
         # The model input the warm-up prepared is the live frames' (the depth maps' size).
         same_input = tuple(outputs[0].result.depth.shape[-2:]) == size.model_input[::-1]

@@ -145,8 +145,8 @@ def test_warmup_runs_the_model_and_leaves_an_empty_stream(live):
     # thrown away by the reset, so the model never ran before the first real frame.
     env = live(warmup=True)   # warm-up at configure, before any frame
     stats = env.node.mapper.session.stats()
-    assert stats["kv_cache"] is not None, "warm-up did not run the model (no KV cache allocated)"
-    assert stats["frames_seen"] == stats["frames_stored"] == stats["frames_buffered"] == 0
+    assert stats.kv_cache is not None, "warm-up did not run the model (no KV cache allocated)"
+    assert stats.frames_seen == stats.frames_stored == stats.frames_buffered == 0
     env.send(10.0)
     # Buffered for phase 1: not processed until it has its pose (a save would not hold it yet).
     first = env.status(lambda s: s.init_frames == 1, "the first real frame buffered")

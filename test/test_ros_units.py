@@ -1,4 +1,4 @@
-"""Pure parts of the ROS layer: axis conversion, messages, parameters, worker inbox, keyframes."""
+"""Pure parts of the ROS layer: messages, parameters, the worker and its inbox, the path."""
 import dataclasses
 import threading
 from pathlib import Path
@@ -10,8 +10,6 @@ import yaml
 
 from helpers import unpack_points
 
-from lingbot_ros.mapping.placement.conversion import R_MAP_FROM_OPTICAL, Placement
-from lingbot_ros.mapping.keyframes import MotionPolicy, parallax_px, to_work_gray
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.ros import messages, params
@@ -19,45 +17,6 @@ from lingbot_ros.ros.safety import SafetyNet
 from lingbot_ros.ros.worker import FrameInbox, Worker
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def rot_x(angle):
-    c, s = np.cos(angle), np.sin(angle)
-    return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
-
-
-def test_identity_model_pose_is_identity_in_map():
-    np.testing.assert_allclose(Placement().camera_pose(np.eye(4))[:3, 3], 0)
-    # The optical axes of the first camera seen from map: z (forward) = map x, x (right) = -y,
-    # y (down) = -z.
-    pose = Placement().camera_pose(np.eye(4))
-    np.testing.assert_allclose(pose[:3, :3], R_MAP_FROM_OPTICAL)
-
-
-def test_camera_moving_forward_moves_along_map_x():
-    extrinsic = np.eye(4)
-    extrinsic[:3, 3] = [0.5, -0.2, 2.0]          # right 0.5, up 0.2, forward 2 (optical axes)
-    pose = Placement().camera_pose(extrinsic)
-    np.testing.assert_allclose(pose[:3, 3], [2.0, -0.5, 0.2])   # forward, right = -left, up
-
-
-def test_points_and_poses_use_the_same_conversion():
-    extrinsic = np.eye(4)
-    extrinsic[:3, :3] = rot_x(0.3)
-    extrinsic[:3, 3] = [1, 2, 3]
-    point_cam = np.array([0.1, -0.4, 5.0])
-    point_world = extrinsic[:3, :3] @ point_cam + extrinsic[:3, 3]
-    pose = Placement().camera_pose(extrinsic)
-    np.testing.assert_allclose(Placement().points(point_world[None])[0],
-                               pose[:3, :3] @ point_cam + pose[:3, 3])
-
-
-def test_pitching_the_camera_down_points_its_optical_axis_down_in_map():
-    extrinsic = np.eye(4)
-    extrinsic[:3, :3] = rot_x(-np.pi / 2)        # optical z turns towards optical +y (down)
-    pose = Placement().camera_pose(extrinsic)
-    optical_z_in_map = pose[:3, :3] @ [0, 0, 1]
-    np.testing.assert_allclose(optical_z_in_map, [0, 0, -1], atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -245,30 +204,6 @@ def test_worker_runs_commands_between_frames_and_fails_pending_ones_on_stop():
     assert seen == ["frame"] and [type(e) for e in errors] == [ZeroDivisionError]
     with pytest.raises(RuntimeError, match="stopped"):
         worker.submit(lambda: None).result(timeout=1)
-
-
-def _textured(shift_px: int) -> np.ndarray:
-    rng = np.random.default_rng(1)
-    base = (rng.random((60, 80)) * 255).astype(np.uint8)
-    import cv2
-    base = cv2.resize(base, (640, 480), interpolation=cv2.INTER_CUBIC)
-    shifted = np.roll(base, shift_px, axis=1)
-    return np.dstack([shifted] * 3)
-
-
-def test_parallax_measures_image_motion():
-    reference = to_work_gray(_textured(0))
-    assert parallax_px(reference, to_work_gray(_textured(0))) < 0.5
-    assert 9 < parallax_px(reference, to_work_gray(_textured(20))) < 11   # 20 px at 640 = 10 at 320
-    assert parallax_px(reference, np.zeros((10, 10), np.uint8)) == float("inf")
-
-
-def test_motion_policy_keeps_moving_frames_only():
-    policy = MotionPolicy(min_parallax_px=4.0)
-    assert policy.is_keyframe(_textured(0))        # first frame: always
-    assert not policy.is_keyframe(_textured(2))    # 1 px at 320: too little
-    assert policy.is_keyframe(_textured(12))       # 6 px: keyframe, becomes the reference
-    assert not policy.is_keyframe(_textured(14))   # 1 px from the new reference
 
 
 def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():

@@ -36,7 +36,7 @@ def drive(session, frames):
             out += session.step(image, keyframe=False)
         else:
             out += session.step(image, keyframe=True)
-            if i % 5 == 4 and session.stats()["frames_stored"] > 2:
+            if i % 5 == 4 and session.stats().frames_stored > 2:
                 session.rollback_last_frame()
             else:
                 session.flush()
@@ -77,13 +77,13 @@ def test_a_new_window_after_reset_captures_nothing(monkeypatch):
     frames = torch.rand(80, 3, H, W, generator=torch.Generator().manual_seed(6)).cuda()
     session = StreamingSession(model, settings())
     first = [r for f in frames for r in session.step(f)]
-    captures = session.stats()["graph_captures"]
+    captures = session.stats().graph_captures
     # First capture, special-stream growth (26 tokens a page: every ~17 frames), 64 -> 128 rows.
     assert captures >= 4 and session._camera.capacity == 128
     buffers = (session._global_cache().buffers_version, session._camera.generation)
     session.reset()
     second = [r for f in frames for r in session.step(f)]
-    assert session.stats()["graph_captures"] == captures
+    assert session.stats().graph_captures == captures
     assert (session._global_cache().buffers_version, session._camera.generation) == buffers
     assert len(first) == len(second) == 80
     for a, b in zip(first, second):

@@ -135,7 +135,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
     pages = pool._streams[2].pages()
     before = ([pool.layer_pool(l)[pages].clone() for l in range(model.config.depth)],
               batched._sessions[2].camera_cache.k.clone(), pool.stream(2).page_census(),
-              batched.stream_stats(2)["frames_seen"], batched.time_index(2))
+              batched.stream_stats(2).frames_seen, batched.time_index(2))
     for i in range(5, 30):   # grows the other streams' special pages past the first chunk
         batched.step([StreamFrame(s, frames[s, i]) for s in (0, 1)])
         if i % 4 == 0:
@@ -145,7 +145,7 @@ def test_a_stream_absent_from_steps_is_untouched(model, frames):
     assert pool.layer_pool(0).shape[0] > 3 * pool.spec.base_pages
     after = ([pool.layer_pool(l)[pages] for l in range(model.config.depth)],
              batched._sessions[2].camera_cache.k, pool.stream(2).page_census(),
-             batched.stream_stats(2)["frames_seen"], batched.time_index(2))
+             batched.stream_stats(2).frames_seen, batched.time_index(2))
     for x, y in zip(before[0], after[0]):
         assert torch.equal(x, y)
     assert torch.equal(before[1], after[1]) and before[2:] == after[2:]
@@ -225,7 +225,7 @@ def test_a_full_deferral_budget_is_flushed_as_in_a_single_session(model, frames)
         got = batched.step([StreamFrame(s, frames[s, i]) for s in range(2)])
         for s in range(2):
             assert_same(got[s], separate[s].step(frames[s, i]), f"frame {i} stream {s}")
-            kv = batched.stream_stats(s)["kv_cache"]            # None while phase 1 buffers
+            kv = batched.stream_stats(s).kv_cache   # None while phase 1 buffers
             pending[s].append(0 if kv is None else kv.pending_pages)
     for s in range(2):
         # The budget filled and was flushed in a step (pending fell without a flush call).

@@ -55,7 +55,7 @@ def test_batched_streams_match_separate_sessions(num_streams, dtype, kv_cache_dt
             got[s] += results
         for s in range(num_streams):
             sessions = [separate[s]] + references[s:s + 1]
-            if step % 9 == 8 and separate[s].stats()["frames_stored"] > 3:
+            if step % 9 == 8 and separate[s].stats().frames_stored > 3:
                 batched.rollback_last_frame(s), [x.rollback_last_frame() for x in sessions]
             elif step == 40 + s:
                 batched.reset(s), [x.reset() for x in sessions]

@@ -8,6 +8,7 @@ from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.camera_cache import CameraKVCache
 from lingbot_ros.model.layers import EAGER_KERNELS, Block, BlockKernels, dense_attend
 from lingbot_ros.stream import FrameError, SettingsError, StreamingSession, StreamSettings
+from lingbot_ros.stream.session import NOTHING_STORED
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
@@ -86,21 +87,29 @@ def test_rollback_equals_never_having_seen_the_frame(model, frames, defer, prefi
     seen.step(frames[15])
     seen.rollback_last_frame()
     seen.rollback_last_frame()
-    assert seen.stats()["frames_stored"] == before["frames_stored"]
-    assert seen.stats()["camera_cache_frames"] == before["camera_cache_frames"]
+    assert seen.stats().frames_stored == before.frames_stored
+    assert seen.stats().camera_cache_frames == before.camera_cache_frames
     assert_same(run(seen, frames[prefix:prefix + 4]), run(fresh, frames[prefix:prefix + 4]))
 
 
 def test_rollback_limits(model, frames):
+    """rollback_refusal says beforehand what rollback_last_frame does: refuse with its reason, or undo."""
     session = StreamingSession(model, small(num_scale_frames=3))
+    assert session.rollback_refusal() == NOTHING_STORED
     with pytest.raises(NothingToRollback):
         session.rollback_last_frame()
     session.step(frames[0]), session.step(frames[1])
+    assert session.rollback_refusal() == ""
     session.rollback_last_frame()                      # drops the newest buffered frame
-    assert session.stats()["frames_buffered"] == 1
+    assert session.stats().frames_buffered == 1
     run(session, frames[1:3])
+    assert session.rollback_refusal() == NOTHING_STORED
     with pytest.raises(NothingToRollback, match="phase-1"):
         session.rollback_last_frame()
+    run(session, frames[3:4])                          # a stored phase-2 frame
+    assert session.rollback_refusal() == ""
+    session.rollback_last_frame()
+    assert session.rollback_refusal() == NOTHING_STORED
 
 
 def test_reset_equals_a_fresh_session(model, frames):
@@ -124,12 +133,12 @@ def test_a_new_window_after_reset_reuses_every_buffer(model):
     assert kv.buffers_version[0] > 0 and camera.generation == 1 and camera.capacity == 128
     stats = session.stats()
     # K and V x 8 caches (2 iterations x 4 trunk blocks) x 70 rows x 16 heads x 16 dims x 4 bytes.
-    assert stats["camera_cache_bytes_in_use"] == 2 * 8 * 70 * 16 * 16 * 4
+    assert stats.camera_cache_bytes_in_use == 2 * 8 * 70 * 16 * 16 * 4
     session.reset()
     assert session._global_cache() is kv
     assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
     stats = session.stats()                     # what the new stream holds: nothing yet
-    assert stats["kv_cache"].bytes_in_use == 0 and stats["camera_cache_bytes_in_use"] == 0
+    assert stats.kv_cache.bytes_in_use == 0 and stats.camera_cache_bytes_in_use == 0
     again = run(session, long)
     assert (kv.buffers_version, camera.generation, kv.stats().bytes_allocated, camera.nbytes()) == before
     assert_same(again, run(StreamingSession(model, small()), long), atol=0)
@@ -290,7 +299,7 @@ def test_fp8_kv_cache_runs_close_to_float32_in_half_the_memory(model, frames):
         b = torch.stack([getattr(r, key) for r in ref])
         assert torch.isfinite(a).all()
         assert 0 < ((a - b).norm() / b.norm()) < 0.05, key
-    full, half = (s.stats()["kv_cache"].bytes_allocated for s in (ref_session, fp8_session))
+    full, half = (s.stats().kv_cache.bytes_allocated for s in (ref_session, fp8_session))
     assert half * 4 == full
 
 
@@ -354,7 +363,7 @@ def test_frame_pages_are_those_the_eviction_mode_uses(model, frames, defer):
     holds pages for its deferral budget (and its outputs do not depend on it: test above)."""
     session = StreamingSession(model, small(defer_evictions=defer))
     run(session, frames[:10])                    # 2 anchors + window 3 full, 5 frames evicted
-    kv = session.stats()["kv_cache"]
+    kv = session.stats().kv_cache
     budget = CacheSpec.deferred_capacity if defer else 0
     assert kv.anchor_pages + kv.window_pages == 5
     assert kv.free_pages + kv.pending_pages == 1 + budget

@@ -11,7 +11,7 @@ rclpy = need_module("rclpy", module_level=True)
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
-from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
 from helpers import Probe, need_path, stamp_ns, wait_until  # noqa: E402
@@ -87,9 +87,10 @@ def test_one_bag_given_twice_plays_as_two_cameras_of_the_named_node(probe, bags)
     assert received == expected
 
 
-def write_rig_bag(path):
+def write_rig_bag(path, camera_info: bool = False):
     """One bag of a two-camera rig: a raw front camera at 10 Hz, a compressed rear one 30 ms
-    behind it, and a topic of another kind."""
+    behind it, and a topic of another kind; with ``camera_info``, each camera's camera_info beside
+    its image topic (width 2 front, 4 rear) and one of a camera no --camera names."""
     Header, Time = TYPESTORE.types["std_msgs/msg/Header"], TYPESTORE.types["builtin_interfaces/msg/Time"]
     RawImage, Jpeg = TYPESTORE.types["sensor_msgs/msg/Image"], TYPESTORE.types["sensor_msgs/msg/CompressedImage"]
     text = TYPESTORE.types["std_msgs/msg/String"]
@@ -102,6 +103,10 @@ def write_rig_bag(path):
         front = writer.add_connection("/front/image_raw", RawImage.__msgtype__, typestore=TYPESTORE)
         rear = writer.add_connection("/rear/image_raw/compressed", Jpeg.__msgtype__, typestore=TYPESTORE)
         chatter = writer.add_connection("/chatter", text.__msgtype__, typestore=TYPESTORE)
+        Info = TYPESTORE.types["sensor_msgs/msg/CameraInfo"]
+        infos = {topic: (writer.add_connection(topic, Info.__msgtype__, typestore=TYPESTORE), width)
+                 for topic, width in (("/front/camera_info", 2), ("/rear/camera_info", 4), ("/side/camera_info", 6))
+                 } if camera_info else {}
         for k in range(10):
             t = t0 + k * 10**8
             image = RawImage(header=header(t), height=2, width=2, encoding="rgb8", is_bigendian=0, step=6,
@@ -109,6 +114,12 @@ def write_rig_bag(path):
             writer.write(front, t, TYPESTORE.serialize_cdr(image, RawImage.__msgtype__))
             jpeg = Jpeg(header=header(t + 3 * 10**7), format="jpeg", data=np.zeros(4, np.uint8))
             writer.write(rear, t + 3 * 10**7, TYPESTORE.serialize_cdr(jpeg, Jpeg.__msgtype__))
+            for connection, width in infos.values():
+                info = Info(header=header(t), height=2, width=width, distortion_model="", d=np.zeros(0),
+                            k=np.zeros(9), r=np.zeros(9), p=np.zeros(12), binning_x=0, binning_y=0,
+                            roi=TYPESTORE.types["sensor_msgs/msg/RegionOfInterest"](
+                                x_offset=0, y_offset=0, height=0, width=0, do_rectify=False))
+                writer.write(connection, t, TYPESTORE.serialize_cdr(info, Info.__msgtype__))
         writer.write(chatter, t0, TYPESTORE.serialize_cdr(text(data="hi"), text.__msgtype__))
 
 
@@ -126,6 +137,25 @@ def test_one_bags_image_topics_go_to_the_cameras_that_name_them(probe, tmp_path)
     wait_until(lambda: all(len(received[t]) == 10 for t in expected) and chatter, "every message", TIMEOUT,
                details=lambda: probe.output(player))
     assert received == expected and chatter == ["hi"]   # the other topic as recorded
+
+
+def test_a_cameras_recorded_camera_info_goes_to_that_camera(probe, tmp_path):
+    """The camera_info beside a camera's recorded image topic plays as that camera's
+    (<node>/<name>/camera_info, where a rig node with use_camera_info reads it); another
+    camera's stays under its recorded name."""
+    bag = tmp_path / "rig_bag"
+    write_rig_bag(bag, camera_info=True)
+    widths = {topic: [] for topic in ("/map_node/front/camera_info", "/map_node/rear/camera_info",
+                                      "/side/camera_info", "/front/camera_info")}
+    for topic, seen in widths.items():
+        probe.node.create_subscription(CameraInfo, topic, lambda msg, seen=seen: seen.append(msg.width), KEEP_ALL)
+    player = probe.play(str(bag), "--camera", "front:=/front/image_raw", "--camera",
+                        "rear:=/rear/image_raw/compressed", "--rate", "5", "--wait-for-subscribers", "20")
+    assert player.wait(TIMEOUT) == 0, probe.output(player)
+    wait_until(lambda: all(len(widths[t]) == 10 for t in list(widths)[:3]), "every camera_info", TIMEOUT,
+               details=lambda: f"{ {t: len(w) for t, w in widths.items()} }; {probe.output(player)}")
+    assert widths == {"/map_node/front/camera_info": [2] * 10, "/map_node/rear/camera_info": [4] * 10,
+                      "/side/camera_info": [6] * 10, "/front/camera_info": []}
 
 
 def test_several_bags_merge_in_receive_time_order(bags):

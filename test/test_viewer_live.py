@@ -13,14 +13,13 @@ import viser
 import websockets
 
 from lingbot_ros.io.sources import open_source
-from lingbot_ros.mapping import factory
 from lingbot_ros.mapping.placement.conversion import MapConversion
 from lingbot_ros.mapping.store.map_store import MapStore
 from lingbot_ros.mapping.store.map_view import ViewCamera, sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
-from lingbot_ros.mapping.settings import MapperSettings, SettingsError
+from lingbot_ros.mapping.settings import SettingsError
 from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
 from lingbot_ros.mapping.records import MapperOutput
 from lingbot_ros.mapping.store.voxel_map import VoxelMap
@@ -33,13 +32,11 @@ FRAMES = 10
 
 
 @pytest.fixture
-def make_mapper(fixture_files):
+def make_mapper(tiny_mapper):
+    """The tiny CPU Mapper (conftest) with this file's window, voxel and long-run settings."""
     def make(**overrides) -> Mapper:
-        settings = MapperSettings(**{**fixture_files, "device": "cpu", "image_width": 112, "num_scale_frames": 3,
-                                     "scale_frames": 3, "sliding_window": 4, "min_confidence": 0.0,
-                                     "map_points_stride": 2, "map_voxel_size_m": 0.02,
-                                     "long_run_policy": "reset", "warmup": False, **overrides})
-        return Mapper(settings, factory.build(settings))
+        return tiny_mapper(**{"sliding_window": 4, "map_voxel_size_m": 0.02, "long_run_policy": "reset",
+                              "warmup": False, **overrides})
     return make
 
 

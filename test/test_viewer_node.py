@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-pytest.importorskip("rclpy")
-from helpers import TIMEOUT, free_port, interrupt_and_check_exit  # noqa: E402
+from helpers import TIMEOUT, free_port, interrupt_and_check_exit, need_module  # noqa: I001 (before the ROS import it guards)
+
+need_module("rclpy", module_level=True)   # a skip, or under LINGBOT_REQUIRE_DATA=1 a failure
 
 from browser import Browser  # noqa: E402
 

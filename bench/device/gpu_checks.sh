@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# On the GPU machine, after `. bench/device/setup.sh`: the CUDA test files, then the node at
-# 10/20/30 Hz with raw and with compressed input (bench/node_latency.py, released architecture,
-# random weights, 518x378), through the ROS bundle of bench/ros_runtime_bundle.sh (carry .gpu_ros).
+# On the GPU machine, after `. bench/device/setup.sh`: Fast DDS alone (dds), the start-up measure
+# (startup), the CUDA test files (tests), then the node at 10/20/30 Hz with raw and with
+# compressed input, and raw with process_all_frames (all) (bench/node_latency.py, released
+# architecture, random weights, 518x378), through the ROS bundle of bench/ros_runtime_bundle.sh
+# (carry .gpu_ros).
 # Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
 #
-#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [tests] [raw] [compressed]
+#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed] [all]
 set -u
 [ -d /tmp/ros312/ros312 ] || { echo "carry .gpu_ros and source bench/device/setup.sh first"; exit 1; }
 steps=${*:-dds tests raw compressed}
@@ -14,19 +16,20 @@ for step in $steps; do
       # Fast DDS alone (no node): which transport carries 587 KB images between two processes here.
       (id; df -B1M /dev/shm; mount | grep -E 'shm|tmpfs'; ulimit -a) > "$OUT/dds_env.txt" 2>&1
       $PY bench/dds_transport.py --seconds 5 2>&1 | tee "$OUT/dds_transport.md" ;;
+    startup)
+      # Issue 26 target 5: a released-size checkpoint file, lingbot-ros-prebuild, two node starts.
+      $PY bench/startup_gpu.py 2>&1 | tee "$OUT/startup.txt" | tail -6 ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider test/test_cache_flashinfer.py test/test_stream_frame_graph.py \
         test/test_mapping_mapper_gpu.py test/test_stream_multi_gpu.py test/test_mapping_rig_gpu.py \
         > "$OUT/gpu_tests.log" 2>&1; tail -3 "$OUT/gpu_tests.log" ;;
-    raw|compressed)
-      # Fast DDS's shared memory: its segments show in /dev/shm while the node runs (transport
-      # losses on these VMs were blamed on it in earlier sessions).
-      # Each participant maps a 32 MB segment (config/fastdds.xml): a 64 MB /dev/shm (a container's
-      # default) fits two, and the rest fall back to UDP, where 30 Hz of 587 KB images overflow.
-      (df -B1M /dev/shm; sleep 60; df -B1M /dev/shm; ls -la /dev/shm) > "$OUT/shm_$step.txt" 2>&1 &
+    raw|compressed|all)
+      # all: raw input with process_all_frames (reliable, every frame queued: none dropped by the
+      # node, the latency shows whether it keeps up).
+      transport=$step; extra=(); [ "$step" = all ] && transport=raw extra=(--param process_all_frames:=true)
       $PY bench/node_latency.py --device cuda --model-config lingbot-map --checkpoint none \
         --image-width 518 --image-size 518x378 --num-scale-frames 8 --window 64 \
-        --rates 10 20 30 --seconds 10 --transport "$step" --node-log "$OUT/node_$step.log" \
+        --rates 10 20 30 --seconds 10 --transport "$transport" "${extra[@]}" --node-log "$OUT/node_$step.log" \
         --out "$OUT/latency_$step" 2>&1 | tail -8 ;;
   esac
 done

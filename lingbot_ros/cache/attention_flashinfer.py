@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .kv_storage import FP8, to_storage
+from .kv_storage import FP8
 from .partials import PartialAttention
 from .spec import CacheSpec
 from .step_table import StepTable
@@ -60,9 +60,13 @@ class FlashInferAttention:
     `generation` counts its rebuilds and the query buffer's (a captured graph is stale after
     one).
 
-    Float8 K/V (`spec.kv_dtype`) run FlashInfer's Hopper FP8 kernel, which takes the queries in
-    e4m3 too (its only FP8 form with the FA3 speed: with bf16 queries FlashInfer dequantizes
-    in FA2 at less than half the speed, bench/README.md); the output stays in `spec.dtype`."""
+    Float8 K/V (`spec.kv_dtype`): each layer's pool is cast into one scratch pool in `spec.dtype`
+    (one layer's worth, reused by every layer) and the bf16 kernel runs over it, so attention
+    computes as the torch backend's does: over K and V as stored, with the queries and the
+    probabilities in `spec.dtype`. FlashInfer's own FP8 forms were measured and not taken
+    (bench/README.md, "FP8 attention kernels"): its FA3 FP8 kernel rounds the queries and the
+    probabilities to e4m3 as well (10-18x bf16's error on the model's outputs), and with bf16
+    queries it runs FA2 at less than half the speed."""
 
     name = "flashinfer"
     supports_graphs = True
@@ -80,8 +84,9 @@ class FlashInferAttention:
             raise ValueError("backend='flashinfer' but the flashinfer package does not import "
                              f"({error}); install flashinfer-python or use backend='torch'") from error
         self.spec = spec
-        self._q_dtype = spec.storage_dtype   # e4m3 queries for e4m3 K/V (see the class docstring)
         self.generation = 0
+        # Float8 pools: the layer being attended, cast to spec.dtype (sized by plan, fixed address).
+        self._dequantized: torch.Tensor | None = None
         self._flashinfer = flashinfer
         # Both wrappers plan into the same float workspace: only one step is planned at a time.
         self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
@@ -109,6 +114,8 @@ class FlashInferAttention:
     def plan(self, table: StepTable, num_pool_pages: int) -> None:
         spec = self.spec
         self._planned.synchronize()
+        if spec.storage_dtype == FP8:
+            self._size_dequantized(num_pool_pages)
         if table.static:
             self._plan_split(table, num_pool_pages)
         else:
@@ -117,7 +124,7 @@ class FlashInferAttention:
                 table.host_qo_indptr, table.host_kv_indptr, table.pages_i32, table.host_last_page_len,
                 num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
                 head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame, causal=False,
-                q_data_type=self._q_dtype, kv_data_type=spec.storage_dtype, o_data_type=spec.dtype)
+                q_data_type=spec.dtype, kv_data_type=spec.dtype, o_data_type=spec.dtype)
         self._planned.record()
 
     def _plan_split(self, table: StepTable, num_pool_pages: int) -> None:
@@ -126,7 +133,7 @@ class FlashInferAttention:
             self._build_graph_wrapper(num_pool_pages)
         if self._split_queries is None or self._split_queries.shape[1] != T:
             self._split_queries = torch.empty((splits, T, spec.num_heads, spec.head_dim),
-                                              dtype=self._q_dtype, device=spec.device)
+                                              dtype=spec.dtype, device=spec.device)
             self._split_qo_indptr = torch.arange(splits + 1, dtype=torch.int32) * T
             self.generation += 1
         self._active = self._graph_wrapper
@@ -140,11 +147,22 @@ class FlashInferAttention:
             self._split_qo_indptr, kv_indptr, table.pages_i32, last_page_len,
             num_qo_heads=spec.num_heads, num_kv_heads=spec.num_heads,
             head_dim_qk=spec.head_dim, page_size=spec.tokens_per_frame, causal=False,
-            q_data_type=self._q_dtype, kv_data_type=spec.storage_dtype, o_data_type=spec.dtype)
+            q_data_type=spec.dtype, kv_data_type=spec.dtype, o_data_type=spec.dtype)
+
+    def _size_dequantized(self, num_pool_pages: int) -> None:
+        """The scratch pool matches the pools' page count (they grow with the special stream):
+        reallocated, outside any capture, when they do."""
+        if self._dequantized is None or self._dequantized.shape[0] != num_pool_pages:
+            spec = self.spec
+            self._dequantized = None   # the old one's memory first
+            self._dequantized = torch.empty((num_pool_pages, 2, spec.tokens_per_frame, spec.num_heads,
+                                             spec.head_dim), dtype=spec.dtype, device=spec.device)
+            self.generation += 1
 
     def run(self, pool: torch.Tensor, q: torch.Tensor) -> torch.Tensor | PartialAttention:
         """pool [pages, 2, P, H, D], q [T, H, D] -> out [T, H, D], or its `kv_splits` parts."""
-        q = to_storage(q, self._q_dtype)
+        if pool.dtype == FP8:
+            pool = self._dequantized.copy_(pool)
         if self._active is self._batch:
             return self._batch.run(q, pool)
         queries = self._split_queries

@@ -31,6 +31,12 @@ class SessionBundle:
     random_weights: bool      # no checkpoint: the output is not a map
     architecture: str = ""    # the model_config it runs: a preset name or a JSON file
 
+    def release_cached_memory(self) -> None:
+        """Hand the allocator's cached blocks back to the device (after a failure such as CUDA out
+        of memory, before the next stream allocates)."""
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
     def untrained_warning(self) -> str:
         """The start-up warning of a run without a checkpoint ("" with one): it names the
         architecture that runs, since the released one with random weights is no map either."""

@@ -62,7 +62,7 @@ class MapReads:
     def window_records(self, stream: StreamState) -> list:
         """The windows of what is saved (ended streams still in the map, then the current one)."""
         windows = stream.windows
-        return self.streams.ended_records + (windows.records if windows is not None else [])
+        return [*self.streams.ended.records, *(windows.records if windows is not None else [])]
 
     def save(self, stream: StreamState, directory: str | Path, staged: StagedFiles | None) -> SavedMap:
         """The map's files in ``directory``, all or none; with ``staged`` only staged there, for

@@ -197,7 +197,7 @@ class Mapper:
         NothingToRollback, having changed nothing, when the newest frame cannot be undone: none
         given, a phase-1 frame already placed, a frame not stored in the cache (keyframe
         interval, motion policy) or one a window runs again for its alignment."""
-        why = self._stream.rollback_refusal()
+        why = self._stream.rollback_refusal(self.session.rollback_refusal())
         if why:
             raise NothingToRollback(why)
         before = self.session.usage().frames_stored
@@ -311,8 +311,7 @@ class Mapper:
         in_phase2 = run.has_results
         if state.windows is not None:
             state.windows.enter(pending)
-        run.awaiting.append(pending)
-        run.given.append(pending.index)
+        run.give(pending)
         start = time.perf_counter()
         with torch.inference_mode():
             # Motion policy: store the frame (deferred eviction keeps the rollback exact), then
@@ -423,8 +422,7 @@ class Mapper:
         lost = self._stream.run.lost(index, self._status.last_placed)
         self._status = replace(self._status.counted(failed=len(lost)), last_error=text)
         outcome.notices.append(Notice(FAILED, text + " (stream restarted, continuing)"))
-        if self.bundle.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+        self.bundle.release_cached_memory()
         self._end_stream(outcome, "model error", keep_map=True, lost=True)
 
     def _reject(self, outcome: StepOutcome, text: str) -> None:

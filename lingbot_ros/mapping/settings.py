@@ -135,8 +135,8 @@ class MapperSettings:
                          choices=("auto", *DTYPES))
     attention_backend: str = setting("auto", "auto, torch or flashinfer", choices=BACKENDS)
     kv_cache_dtype: str = setting("auto", "what the global KV cache stores: auto = the compute dtype; fp8 = "
-                                          "float8 e4m3, a quarter less peak memory and ~11% faster on CUDA, but "
-                                          "10-18x bf16's output error (bench/README.md, issue 26)",
+                                          "float8 e4m3, half the pools' memory, attention still in the compute "
+                                          "dtype over the rounded K/V (bench/README.md, issue 26)",
                                   choices=KV_CACHE_DTYPES)
     cuda_graphs: bool = setting(True, "replay each frame step as captured CUDA graphs (CUDA with flashinfer; "
                                       "same outputs, far less host work); false runs it eagerly")

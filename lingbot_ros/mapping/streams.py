@@ -7,8 +7,8 @@ windows is one run, the windowed policy starts a new run at every window switch.
 
 ``Streams`` builds every ``StreamState``: the first one (configure, a new camera mount, a restart
 that clears the map), the next one after a restart that keeps the map, and a stored run resumed.
-It keeps what outlives a stream but not the map: the ended streams' window records and where the
-last ended stream stopped in ``map``.
+It keeps what outlives a stream but not the map, ``EndedStreams``: the ended streams' window
+records and where the last ended stream stopped in ``map``.
 
 Vocabulary (code, notices, status and diagnostics use it alike):
 
@@ -33,6 +33,7 @@ import dataclasses
 
 import numpy as np
 
+from ..stream.session import NOTHING_STORED
 from .keyframes import MotionPolicy
 from .placement.conversion import MapConversion, Placement
 from .placement.robot import RobotFrames, StreamFrames
@@ -59,17 +60,25 @@ class SessionRun:
         return cls(collections.deque(), collections.deque(maxlen=rollback_depth * keyframe_interval + 1),
                    collections.deque(maxlen=rollback_depth), motion)
 
+    def give(self, pending: Pending) -> None:
+        """``pending`` goes to the session: the newest frame given, awaited until its result is back."""
+        self.awaiting.append(pending)
+        self.given.append(pending.index)
+
     def buffered_new(self) -> int:
         """Frames buffered for phase 1 that were never placed (not the ones a window re-runs)."""
         return sum(not p.rerun for p in self.awaiting)
 
     def rollback_refusal(self) -> str:
-        """Why the newest frame cannot be rolled back ('' if this run can undo it): a buffered
-        phase-1 frame always can; otherwise only the newest frame given, and only while stored."""
+        """Why this run cannot name the frame a session rollback would undo ('' if it can): a
+        buffered phase-1 frame always; otherwise only the newest frame given, and only while
+        stored. Whether the session holds one at all is its rule (StreamingSession.rollback_refusal,
+        asked first); the run's ``stored`` keeps the newest few only, and when they are used up it
+        answers in the session's words."""
         if self.awaiting:
             return ""
         if not self.stored:
-            return "no stored phase-2 frame to roll back (phase-1 frames need a reset)"
+            return NOTHING_STORED
         if not self.given or self.given[-1] != self.stored[-1]:
             newest = self.given[-1] if self.given else "?"
             return (f"the newest frame ({newest}) is not stored in the cache (not a keyframe): only the "
@@ -101,11 +110,13 @@ class StreamState:
             self.run.motion.min_parallax_px = settings.keyframe_min_parallax_px
         self.stamps.set_limits(settings.max_stamp_gap_s, settings.max_stamp_jitter_s)
 
-    def rollback_refusal(self) -> str:
-        """Why the newest frame cannot be rolled back ('' if it can): the session run's rule, then
-        the windows' (a frame a window runs again for its alignment)."""
+    def rollback_refusal(self, session_refusal: str) -> str:
+        """Why the newest frame cannot be rolled back ('' if it can): the session's rule
+        (``session_refusal``, its rollback_refusal()), the run's, then the windows' (a frame a
+        window runs again for its alignment)."""
         windows, buffered = self.windows, bool(self.run.awaiting)
-        return self.run.rollback_refusal() or (windows.refuses_rollback(had_result=not buffered) if windows else "")
+        return (session_refusal or self.run.rollback_refusal()
+                or (windows.refuses_rollback(had_result=not buffered) if windows else ""))
 
     def rolled_back(self) -> int | None:
         """The session rolled its newest frame back: out of the run's bookkeeping. Its index, or None
@@ -119,11 +130,18 @@ class StreamState:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class EndedStreams:
+    """What the map keeps of the streams that ended in it (replaced whole; a clear starts anew)."""
+
+    records: tuple = ()                         # their window records, oldest first
+    last_map_pose: np.ndarray | None = None     # T_M_camera where the last of them stopped
+
+
 class Streams:
     def __init__(self, settings, robot: RobotFrames, store, preprocessor):
         self.settings, self.robot, self.store, self.preprocessor = settings, robot, store, preprocessor
-        self.ended_records: list = []                   # window records of the ended streams still in the map
-        self.last_map_pose: np.ndarray | None = None    # T_M_camera where the last ended stream stopped
+        self.ended = EndedStreams()
 
     def first(self) -> StreamState:
         """A stream with no earlier one to continue from."""
@@ -148,7 +166,7 @@ class Streams:
 
     def after_clear(self) -> StreamState:
         """The map is cleared: nothing of the ended streams is left."""
-        self.ended_records, self.last_map_pose = [], None
+        self.ended = EndedStreams()
         return self.first()
 
     def after(self, ended: StreamState) -> StreamState:
@@ -157,7 +175,7 @@ class Streams:
         newest = self.store.newest_poses(1, conversion)
         last = newest[0][0].pose if newest and newest[0][1] is conversion else None   # T_I_camera
         if ended.windows is not None:
-            self.ended_records += ended.windows.records
+            self.ended = dataclasses.replace(self.ended, records=self.ended.records + tuple(ended.windows.records))
         return self._continuing(conversion, last)
 
     def _continuing(self, conversion: MapConversion, last: np.ndarray | None) -> StreamState:
@@ -169,10 +187,10 @@ class Streams:
             return self._new(*(self.robot.continuing_in(conversion, last) if last is not None
                                else self.robot.first_stream()))
         if last is not None:
-            self.last_map_pose = conversion.camera_pose(last)
+            self.ended = dataclasses.replace(self.ended, last_map_pose=conversion.camera_pose(last))
         self.store.end_stream(conversion)
-        return self._new(*(self.robot.continuing_stream(self.last_map_pose) if self.last_map_pose is not None
-                           else self.robot.first_stream()))
+        pose = self.ended.last_map_pose
+        return self._new(*(self.robot.continuing_stream(pose) if pose is not None else self.robot.first_stream()))
 
     def resumed(self, resumed, current: StreamState) -> tuple[StreamState, str]:
         """The stream a resumed run (database/resume.py) continues with, and what the status says:
@@ -203,14 +221,15 @@ class Streams:
             newest = self.store.newest_poses(1, conversion)
             if not newest:
                 return current, f"{where}: it holds no frame, a new map starts"
-            self.ended_records = list(resumed.records)
-            return self._continuing(conversion, newest[0][0].pose), f"{where}: {why}, a new stream continues from the last pose"
+            self.ended = EndedStreams(tuple(resumed.records))
+            return (self._continuing(conversion, newest[0][0].pose),
+                    f"{where}: {why}, a new stream continues from the last pose")
         newest = self.store.newest_poses(1, resumed.conversion)
-        if newest and newest[0][1] is None:   # the newest pose is an earlier stream's, in map already
-            self.last_map_pose = newest[0][0].pose @ self.robot.mount
-        self.ended_records = list(resumed.records)
+        # The newest pose is an earlier stream's (its conversion None): in map already.
+        earlier = newest[0][0].pose @ self.robot.mount if newest and newest[0][1] is None else None
+        self.ended = EndedStreams(tuple(resumed.records), earlier)
         state = self._continuing(resumed.conversion, newest[0][0].pose if newest and newest[0][1] is not None else None)
-        if self.last_map_pose is None:
+        if self.ended.last_map_pose is None:
             return state, f"{where}: it holds no frame, a new map starts"
         return state, f"{where}: {why}, a new stream at its own scale continues from the last pose"
 

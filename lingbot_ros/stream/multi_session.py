@@ -39,7 +39,7 @@ from ..model.camera_cache import CameraCacheBatch
 from ..model.lingbot_map import LingBotMap
 from .frame_compute import FrameCompute, frame_outputs
 from .results import FrameResult
-from .session import CacheUsage, FrameError, StreamingSession, attend_paged
+from .session import CacheUsage, FrameError, SessionStats, StreamingSession, attend_paged
 from .settings import SettingsError, StreamSettings
 
 # More streams than this in one pool is a configuration error, not a rig.
@@ -125,6 +125,10 @@ class MultiStreamSession:
         """`StreamingSession.rollback_last_frame` of one stream; the others are untouched."""
         self._session(stream).rollback_last_frame()
 
+    def rollback_refusal(self, stream: int) -> str:
+        """`StreamingSession.rollback_refusal` of one stream."""
+        return self._session(stream).rollback_refusal()
+
     def flush(self, stream: int) -> None:
         self._session(stream).flush()
 
@@ -136,7 +140,8 @@ class MultiStreamSession:
     def time_index(self, stream: int) -> int:
         return self._session(stream).time_index
 
-    def stream_stats(self, stream: int) -> dict:
+    def stream_stats(self, stream: int) -> SessionStats:
+        """`StreamingSession.stats` of one stream."""
         return self._session(stream).stats()
 
     def usage(self, stream: int) -> CacheUsage:

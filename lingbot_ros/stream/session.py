@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from ..cache import (CacheExhausted, CacheSpec, NothingToRollback, PagedKVCache, PartialAttention,
+from ..cache import (CacheExhausted, CacheSpec, CacheStats, NothingToRollback, PagedKVCache, PartialAttention,
                      StreamCacheView)
 from ..model.lingbot_map import LingBotMap
 from .frame_compute import FrameCompute, StepOutputs
@@ -32,6 +32,10 @@ GlobalCache = Union[PagedKVCache, StreamCacheView]
 CacheFactory = Callable[[CacheSpec], GlobalCache]
 
 
+# Phase-1 frames were computed together: none of them can be undone alone.
+NOTHING_STORED = "no stored phase-2 frame to roll back (phase-1 frames need a reset)"
+
+
 class FrameError(ValueError):
     """A frame the session cannot take (wrong layout, size not a multiple of the patch, size change)."""
 
@@ -44,6 +48,21 @@ class CacheUsage:
     pages: int              # KV pages in use: anchor, window, pending evictions, special
     bytes_allocated: int    # KV and camera cache memory allocated
     bytes_in_use: int       # of it, in use (a reset keeps the buffers)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionStats:
+    """Everything the session counts, for diagnostics, benchmarks and tests (``stats``)."""
+
+    frames_seen: int                 # frames with results since the last reset
+    frames_stored: int               # frames appended to the caches (the 3D-RoPE index)
+    frames_buffered: int             # phase-1 frames waiting for the scale batch
+    camera_cache_frames: int
+    camera_cache_bytes: int          # allocated
+    camera_cache_bytes_in_use: int   # the stored frames' rows
+    kv_cache: Optional[CacheStats]   # None until the first step allocates the global cache
+    graph_captures: int              # CUDA graphs captured (0 without them)
+    graph_capture_seconds: float
 
 
 class StreamingSession:
@@ -111,15 +130,23 @@ class StreamingSession:
         rule continue as if the frame never came. Phase-1 frames cannot be rolled back: their
         outputs were computed together; reset() instead.
         """
+        why = self.rollback_refusal()
+        if why:
+            raise NothingToRollback(why)
         if self._buffer:
             self._buffer.pop()
             return
-        if self._stored <= self._phase1_frames:
-            raise NothingToRollback("no stored phase-2 frame to roll back (phase-1 frames need reset())")
         self._cache.rollback_last_frame()
         self._camera.rollback_last_frame()
         self._stored -= 1
         self._frames_seen -= 1
+
+    def rollback_refusal(self) -> str:
+        """Why `rollback_last_frame` would refuse, '' if it would undo a frame (a buffered one, or a
+        stored phase-2 one). The one statement of the rule: the mapping layer asks it first."""
+        if self._buffer or self._stored > self._phase1_frames:
+            return ""
+        return NOTHING_STORED
 
     def flush(self) -> None:
         """Recycle the pages of evictions deferred so far (makes them final for rollback)."""
@@ -145,18 +172,15 @@ class StreamingSession:
         self._stored = 0           # frames appended to the caches = next 3D-RoPE time index
         self._warned_rope_range = False
 
-    def stats(self) -> dict:
-        return {
-            "frames_seen": self._frames_seen,
-            "frames_stored": self._stored,
-            "frames_buffered": len(self._buffer),
-            "camera_cache_frames": self._camera.length,
-            "camera_cache_bytes": self._camera.nbytes(),
-            "camera_cache_bytes_in_use": self._camera.nbytes_in_use(),
-            "kv_cache": self._cache.stats() if self._cache is not None else None,
-            "graph_captures": self._graph.captures if self._graph is not None else 0,
-            "graph_capture_seconds": self._graph.capture_seconds if self._graph is not None else 0.0,
-        }
+    def stats(self) -> SessionStats:
+        graph = self._graph
+        return SessionStats(
+            frames_seen=self._frames_seen, frames_stored=self._stored, frames_buffered=len(self._buffer),
+            camera_cache_frames=self._camera.length, camera_cache_bytes=self._camera.nbytes(),
+            camera_cache_bytes_in_use=self._camera.nbytes_in_use(),
+            kv_cache=self._cache.stats() if self._cache is not None else None,
+            graph_captures=graph.captures if graph is not None else 0,
+            graph_capture_seconds=graph.capture_seconds if graph is not None else 0.0)
 
     def usage(self) -> CacheUsage:
         kv = self._cache.stats() if self._cache is not None else None   # None until the first step allocates

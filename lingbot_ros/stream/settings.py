@@ -32,7 +32,7 @@ class StreamSettings:
     dtype: str = "auto"                # auto: float32 on CPU, bf16 mixed precision on CUDA (spec 14)
     attention_backend: str = "auto"
     # What the global KV cache stores K/V in: auto = the compute dtype; fp8 = float8 e4m3, half
-    # of bf16's memory, and FlashInfer's FP8 attention kernel on CUDA (e4m3 rounding error).
+    # of bf16's memory; attention computes in the compute dtype over the rounded K/V.
     kv_cache_dtype: str = "auto"
     # Phase-2 frame steps replay captured CUDA graphs (CUDA with the FlashInfer backend only;
     # same outputs, far less host work per frame).

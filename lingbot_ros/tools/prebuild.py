@@ -64,7 +64,7 @@ def _main(argv) -> int:
         print(f"lingbot-ros-prebuild: error: {type(error).__name__}: {error}{factory.failure_hint(error, settings)}",
               file=sys.stderr)
         return 1
-    captures = bundle.session.stats()["graph_captures"]
+    captures = bundle.session.stats().graph_captures
     print(f"[prebuild] done in {time.perf_counter() - total:.1f} s ({bundle.description}, "
           f"{captures} graph captures); the node's warm-up now reuses the disk caches", flush=True)
     return 0

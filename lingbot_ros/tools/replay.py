@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="publish topic OLD as NEW (repeatable)")
     parser.add_argument("--camera", action="append", default=[], metavar="NAME[:=TOPIC]",
                         help="publish an image topic for camera NAME of a rig node (cameras:=[NAME, ...]) as "
-                             "<node>/NAME/image (/compressed for a compressed topic): with several bags the "
+                             "<node>/NAME/image (/compressed for a compressed topic), and the camera_info "
+                             "recorded beside it as <node>/NAME/camera_info: with several bags the "
                              "i-th --camera takes the i-th bag's image topic (TOPIC names it where the bag has "
                              "several); with one bag each names its TOPIC (repeatable)")
     parser.add_argument("--node", default=None,

@@ -7,8 +7,10 @@ topic to a camera of a rig node (``cameras:=[NAME, ...]``), published where that
 ``<node>/NAME/image``, or ``<node>/NAME/image/compressed`` for a compressed topic (map_node's
 ``~/<name>/image``; remap that on the node's side, as ``~/image`` for one camera). With several
 bags, the i-th ``--camera`` takes the i-th bag's image topic (TOPIC names it where the bag has
-several); with one bag, each ``--camera`` names its TOPIC in it. Every other topic is published
-under its recorded name (or its --remap).
+several); with one bag, each ``--camera`` names its TOPIC in it. The camera_info recorded beside
+a camera's image topic (/cam/image_raw[/compressed] -> /cam/camera_info) goes to that camera's
+``<node>/NAME/camera_info``. Every other topic is published under its recorded name (or its
+--remap).
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from pathlib import Path
 from typing import Iterator
 
 from lingbot_ros.mapping.rig.grouping import camera_name_error
-from lingbot_ros.ros.topics import image_topic, transport_topic
+from lingbot_ros.ros.topics import camera_info_topic, image_topic, transport_topic
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES
 
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
+CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,18 +76,28 @@ def parse_cameras(items: list[str]) -> list[CameraArg]:
 
 
 def camera_topic(node: str, name: str, msgtype: str) -> str:
-    """Where a rig node (its full name) subscribes to camera ``name``'s images of ``msgtype``
-    without remaps (its ``~`` expanded)."""
+    """Where a rig node (its full name) subscribes to camera ``name``'s images of ``msgtype``, or
+    to its camera_info, without remaps (its ``~`` expanded)."""
     raw = f"/{node.strip('/')}{image_topic(name)[1:]}"
+    if msgtype == CAMERA_INFO:
+        return camera_info_topic(raw)
     return transport_topic(raw, "compressed" if msgtype == COMPRESSED else "raw")
+
+
+def recorded_camera_info(image_topic: str, msgtype: str) -> str:
+    """The camera_info a recorded image topic has beside it, as the node derives its own
+    (/cam/image_raw[/compressed] -> /cam/camera_info)."""
+    return camera_info_topic(image_topic.removesuffix("/compressed") if msgtype == COMPRESSED else image_topic)
 
 
 def choose_tracks(bag_connections: list[list], cameras: list[CameraArg], remaps: dict[str, str],
                   topics: list[str] | None, node: str) -> list[Track]:
     """The tracks to play from each bag's connections (``bag_connections[i]``: bag i's): the
-    cameras' image topics (published for ``node``) and every other topic ``topics`` selects (all:
-    None) under its --remap. A ValueError says what does not fit."""
+    cameras' image topics and the camera_info recorded beside each (published for ``node``), and
+    every other topic ``topics`` selects (all: None) under its --remap. A ValueError says what
+    does not fit."""
     owners = _camera_owners(bag_connections, cameras)
+    owners.update(_camera_info_owners(bag_connections, owners))
     for source in remaps:
         taken = [name for (bag, topic), name in owners.items() if topic == source]
         if taken:
@@ -131,6 +144,18 @@ def _camera_owners(bag_connections: list[list], cameras: list[CameraArg]) -> dic
             raise ValueError(f"--camera {camera.name}: {topic} is already --camera {owners[(bag, topic)]}'s")
         owners[(bag, topic)] = camera.name
     return owners
+
+
+def _camera_info_owners(bag_connections: list[list], owners: dict[tuple[int, str], str]) -> dict[tuple[int, str], str]:
+    """(bag, recorded camera_info topic) -> camera name, for the cameras' image topics that have one."""
+    infos = {}
+    for bag, connections in enumerate(bag_connections):
+        recorded = {c.topic for c in connections if c.msgtype == CAMERA_INFO}
+        for c in connections:
+            name = owners.get((bag, c.topic))
+            if name is not None and c.msgtype in IMAGE_TYPES and recorded_camera_info(c.topic, c.msgtype) in recorded:
+                infos[(bag, recorded_camera_info(c.topic, c.msgtype))] = name
+    return infos
 
 
 def merged_messages(readers: list, tracks: list[Track], start_ns: int,

@@ -1,8 +1,8 @@
 """One stream of a rig's MultiStreamSession, as a Mapper's session.
 
 The verbs the Mapper and run_warmup call on ``bundle.session`` (step, close_scale_phase,
-rollback_last_frame, flush, reset, usage), each on this view's stream only; ``step`` goes through
-the rig's baton, which batches it with the other cameras' steps of the round.
+rollback_refusal, rollback_last_frame, flush, reset, usage), each on this view's stream only;
+``step`` goes through the rig's baton, which batches it with the other cameras' steps of the round.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from ...stream import FrameResult, StreamFrame
-from ...stream.session import CacheUsage
+from ...stream.session import CacheUsage, SessionStats
 from .baton import Baton
 
 
@@ -27,6 +27,9 @@ class StreamView:
     def close_scale_phase(self) -> list[FrameResult]:
         return self._session.close_scale_phase(self.stream)
 
+    def rollback_refusal(self) -> str:
+        return self._session.rollback_refusal(self.stream)
+
     def rollback_last_frame(self) -> None:
         self._session.rollback_last_frame(self.stream)
 
@@ -39,7 +42,7 @@ class StreamView:
     def usage(self) -> CacheUsage:
         return self._session.usage(self.stream)
 
-    def stats(self) -> dict:
+    def stats(self) -> SessionStats:
         return self._session.stream_stats(self.stream)
 
     @property
