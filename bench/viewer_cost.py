@@ -5,9 +5,9 @@ A Mapper (tiny fixture model, CPU) first maps the first ``--frames`` courthouse 
 frame loop is imitated at ``--rate-hz`` for ``--seconds``: each tick replays one of the recorded
 outcomes through ``LiveView.update`` (a real map read, ``Mapper.view``, every MAP_REFRESH_S) and
 then runs a fixed host workload standing in for the loop's own work. ``--clients`` websocket
-clients take every scene update meanwhile (viser's own protocol, as a browser's page does). The
-same ticks run once without the view: the workload's time with it minus without is what the
-drawing thread costs the loop.
+clients in a process of their own take every scene update meanwhile (viser's own protocol, as a
+browser's page does). The same ticks run once without the view: the workload's time with it
+minus without is what the view's threads (drawing, viser's sending) take from the loop.
 
     python bench/viewer_cost.py                          # 60 frames at width 224, 20 s at 30 Hz
     python bench/viewer_cost.py --frames 200 --image-width 518 --point-budget 500000
@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -34,9 +34,14 @@ SHARED = Path(os.environ.get("LINGBOT_SHARED", REPO.parent / "shared"))
 FIXTURE = SHARED / "fixtures" / "tiny_default"
 
 
-def _clients(port: int, count: int, stop: threading.Event, received: list) -> None:
+def _clients(port: int, count: int, stop, totals) -> None:
+    """``count`` websocket clients taking every scene update until ``stop``; puts (messages, bytes)
+    on ``totals``. Runs in a process of its own, as a browser does: decoding 100 MB of updates in
+    the bench's process would hold its GIL and be counted as the view's cost."""
     import viser
     import websockets
+
+    received = []
 
     async def one():
         async with websockets.connect(f"ws://127.0.0.1:{port}", subprotocols=[f"viser-v{viser.__version__}"],
@@ -51,6 +56,7 @@ def _clients(port: int, count: int, stop: threading.Event, received: list) -> No
         await asyncio.gather(*(one() for _ in range(count)))
 
     asyncio.run(all_of_them())
+    totals.put((len(received), sum(received)))
 
 
 def _workload(data: np.ndarray) -> None:
@@ -156,8 +162,9 @@ def main(argv=None) -> int:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     viewer = LiveView(port, args.point_budget)
-    stop, received = threading.Event(), []
-    clients = threading.Thread(target=_clients, args=(port, args.clients, stop, received), daemon=True)
+    spawn = multiprocessing.get_context("spawn")
+    stop, totals = spawn.Event(), spawn.Queue()
+    clients = spawn.Process(target=_clients, args=(port, args.clients, stop, totals), daemon=True)
     clients.start()
     time.sleep(1.0)
     views = []   # the ticks whose update asked the Mapper for a map sample (every MAP_REFRESH_S)
@@ -174,6 +181,7 @@ def main(argv=None) -> int:
         viewer.settle(30.0)
     finally:
         stop.set()
+        messages, received = totals.get(timeout=30.0)
         clients.join(5.0)
         viewer.close()
     _, work_without, _ = _ticks(args, outcomes, None)
@@ -181,8 +189,8 @@ def main(argv=None) -> int:
     result = {
         "command": "python bench/viewer_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "map_points": map_points, "point_budget": args.point_budget, "rate_hz": args.rate_hz,
-        "ticks": len(hook_ms), "clients": args.clients, "client_messages": len(received),
-        "client_mb": sum(received) / 1e6, "hook_ms": _stats(hook_ms),
+        "ticks": len(hook_ms), "clients": args.clients, "client_messages": messages,
+        "client_mb": received / 1e6, "hook_ms": _stats(hook_ms),
         "hook_ms_map_sample_ticks": _stats([ms for ms, r in zip(hook_ms, refreshed) if r]),
         "workload_ms_with_view": _stats(work_with), "workload_ms_without_view": _stats(work_without),
     }

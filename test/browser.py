@@ -68,6 +68,37 @@ class Browser:
     def evaluate(self, expression: str):
         return self._call("Runtime.evaluate", expression=expression, returnByValue=True).get("result", {}).get("value")
 
+    def websocket_frames(self, quiet_s: float = 5.0, timeout_s: float = 60.0) -> list[bytes]:
+        """The page reloaded, and the binary websocket frames it and its workers (viser's client
+        talks from a worker) receive until nothing came for ``quiet_s``: DevTools' Network events
+        on one connection, each worker attached paused until its Network domain is on."""
+        async def record():
+            frames = []
+            async with websockets.connect(self._target, max_size=None) as connection:
+                async def send(method, session=None, **params):
+                    await connection.send(json.dumps({"id": next(self._ids), "method": method, "params": params,
+                                                      **({"sessionId": session} if session else {})}))
+                await send("Network.enable")
+                await send("Target.setAutoAttach", autoAttach=True, waitForDebuggerOnStart=True, flatten=True)
+                await send("Page.reload")
+                end = time.monotonic() + timeout_s
+                while time.monotonic() < end:
+                    try:
+                        message = json.loads(await asyncio.wait_for(connection.recv(), quiet_s))
+                    except asyncio.TimeoutError:
+                        break
+                    method = message.get("method")
+                    if method == "Target.attachedToTarget":
+                        session = message["params"]["sessionId"]
+                        await send("Network.enable", session)
+                        await send("Runtime.runIfWaitingForDebugger", session)
+                    elif method == "Network.webSocketFrameReceived":
+                        response = message["params"]["response"]
+                        if response["opcode"] == 2:   # binary: base64 in the event
+                            frames.append(base64.b64decode(response["payloadData"]))
+            return frames
+        return asyncio.run(record())
+
     def screenshot(self, path: Path) -> Path:
         data = self._call("Page.captureScreenshot", format="png")["data"]
         path.parent.mkdir(parents=True, exist_ok=True)

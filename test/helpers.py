@@ -15,6 +15,7 @@ import itertools
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -161,6 +162,13 @@ def _loaded(settings: MapperSettings) -> factory.SessionBundle:
     if key not in _LOADED:
         _LOADED[key] = factory.build(settings)
     return _LOADED[key]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (a live view's)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def wait_until(condition, what: str, timeout: float, details=None):

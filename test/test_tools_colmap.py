@@ -139,16 +139,40 @@ def test_a_model_there_is_not_overwritten_unasked(run, tmp_path, capsys):
     assert "symlink" in capsys.readouterr().err and not any(elsewhere.iterdir())
 
 
-def test_offline_refuses_a_model_before_the_run(tmp_path, capsys):
+@pytest.mark.slow
+def test_a_target_that_is_a_file_or_the_database_is_refused(run, tmp_path, capsys):
+    """Each refused with its reason; the database and the user's file stay as they were."""
+    root, _ = run
+    database, notes = root / "map.db", tmp_path / "notes.txt"
+    notes.write_text("the user's")
+    (tmp_path / "odd" / "images").parent.mkdir()
+    (tmp_path / "odd" / "images").write_text("the user's")
+    before = {path: path.read_bytes() for path in (database, notes, tmp_path / "odd" / "images")}
+    for target, why in ((notes, f"{notes} exists and is not a directory"),
+                        (database, f"{database} is the database"),
+                        (database / "colmap", f"{database} is not a directory: "),
+                        (notes / "a" / "b", f"{notes} is not a directory: "),
+                        (tmp_path / "odd", f"{tmp_path / 'odd' / 'images'} exists and is not a directory")):
+        assert map_db.main(["export", "--format", "colmap", str(database), str(target), "--overwrite"]) == 1
+        assert why in capsys.readouterr().err, target
+    assert {path: path.read_bytes() for path in before} == before
+
+
+@pytest.mark.parametrize("target, why", [("colmap", "already holds a COLMAP model"),
+                                         ("a_file", "exists and is not a directory"),
+                                         ("a_file/colmap", "a_file is not a directory: ")])
+def test_offline_refuses_a_target_before_the_run(tmp_path, capsys, target, why):
     (tmp_path / "colmap" / "sparse" / "0").mkdir(parents=True)
     (tmp_path / "colmap" / "sparse" / "0" / "cameras.bin").write_bytes(b"someone's")
+    (tmp_path / "a_file").write_bytes(b"someone's")
     summary = io.StringIO()
     with contextlib.redirect_stdout(summary):
         code = offline.main(["--random-weights", "--input", "synthetic:64x48:2", "--output", str(tmp_path / "out"),
-                         "--colmap", str(tmp_path / "colmap")])
+                             "--colmap", str(tmp_path / target)])
     assert code == 1
-    assert "already holds a COLMAP model" in capsys.readouterr().err
+    assert why in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    assert (tmp_path / "a_file").read_bytes() == b"someone's"
 
 
 def test_the_database_keeps_an_image_as_long_as_its_pose(tmp_path):

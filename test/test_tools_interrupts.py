@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import REPO, wait_until
+from helpers import REPO, free_port, wait_until
 from lingbot_ros.mapping.files.export import read_ply
 
 TIMEOUT = 120.0   # the tools start torch and a model on a shared 2-core machine
@@ -97,6 +97,18 @@ def test_offline_stopped_while_processing_saves_exactly_the_frames_it_reports(tm
     xyz, _ = read_ply(out / "map.ply")   # complete: read_ply checks the vertex count against the bytes
     assert len(xyz) > 0 and np.isfinite(xyz).all()
     assert (out / "preview.png").read_bytes()[:4] == b"\x89PNG" and _temporaries(out) == []
+
+
+def test_offline_with_the_live_view_stopped_while_processing_ends(tmp_path, tiny_model):
+    """A run with --viewer stopped by a signal saves and ends: the page is not served after it
+    (every later signal is ignored, so it would be served until a kill)."""
+    tool = Tool(tmp_path / "offline.log", ["lingbot_ros.tools.offline", "--input", "synthetic:160x120",
+                                           "--max-frames", "500", "--output", str(tmp_path / "out"), *tiny_model,
+                                           "--image-width", "112", "--no-warmup", "--viewer", str(free_port())])
+    tool.wait_for("lingbot-ros-offline: 1/500 frame")
+    text = tool.stop(signal.SIGINT)
+    assert "saved the" in text and "lingbot-ros-offline: live view closed: stopped by SIGINT" in text
+    assert "(Ctrl-C to stop)" not in text
 
 
 def test_fixture_stopped_while_running_writes_no_output(tmp_path, fixture_files):

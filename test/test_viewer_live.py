@@ -15,7 +15,7 @@ import websockets
 from lingbot_ros.io.sources import open_source
 from lingbot_ros.mapping.placement.conversion import MapConversion
 from lingbot_ros.mapping.store.map_store import MapStore
-from lingbot_ros.mapping.store.map_view import sample_path, stride
+from lingbot_ros.mapping.store.map_view import ViewCamera, sample_path, stride
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.placement.metric_scale import MetricScale
 from lingbot_ros.mapping.records import InputFrame
@@ -24,6 +24,8 @@ from lingbot_ros.mapping.placement.geometry import quaternion_to_rotation
 from lingbot_ros.mapping.records import MapperOutput
 from lingbot_ros.mapping.store.voxel_map import VoxelMap
 from lingbot_ros.viewer.live_view import LiveView, ViewerError
+
+from helpers import free_port
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 FRAMES = 10
@@ -49,23 +51,22 @@ def courthouse(shared_data):
     return frames
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def run(mapper, frames, viewer=None, between=None):
-    """The offline tool's loop; ``between(i)`` runs after frame i (a browser's doing)."""
+def run(mapper, frames, viewer=None, between=None, outputs=None):
+    """The offline tool's loop; ``between(i)`` runs after frame i (a browser's doing); the new
+    outputs are added to ``outputs``."""
     for i, item in enumerate(frames):
         outcome = mapper.process(item)
         if viewer is not None:
             viewer.update(mapper, outcome)
         if between is not None:
             between(i)
+        if outputs is not None:
+            outputs.extend(outcome.new)
     outcome = mapper.finish()
     if viewer is not None:
         viewer.update(mapper, outcome, refresh=True)
+    if outputs is not None:
+        outputs.extend(outcome.new)
     return mapper.saved_trajectory().poses(), mapper.map_points()
 
 
@@ -204,6 +205,20 @@ def test_a_port_in_use_is_refused_clearly():
             LiveView(port)
 
 
+def test_a_connection_closed_before_its_request_logs_nothing(caplog):
+    """A browser's preconnect closed unused (or a tab closed while connecting), before any page
+    was served: no traceback on the mapping terminal."""
+    viewer = LiveView(free_port())
+    try:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", int(viewer.url.rsplit(":", 1)[1])), timeout=5):
+                pass
+        threading.Event().wait(1.0)   # the server's handshake gives up on each
+    finally:
+        viewer.close()
+    assert not [record for record in caplog.records if record.name.startswith("websockets")], caplog.text
+
+
 def test_without_viser_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "viser", None)
     with pytest.raises(ViewerError, match=r"needs viser.*pip install 'viser==1\.1\.1'"):
@@ -253,7 +268,8 @@ def test_a_hundred_reloads_and_dropped_clients_do_not_change_mapping(make_mapper
         if i == 0:
             browser.start()
     try:
-        poses, (xyz, rgb) = run(make_mapper(), courthouse, viewer, between=alongside)
+        outputs = []
+        poses, (xyz, rgb) = run(make_mapper(), courthouse, viewer, between=alongside, outputs=outputs)
         browser.join(120)
         assert viewer.settle(30) and not viewer.error
     finally:
@@ -267,6 +283,10 @@ def test_a_hundred_reloads_and_dropped_clients_do_not_change_mapping(make_mapper
     assert viewer.nodes["/trajectory"].points.shape == (FRAMES - 1, 2, 3)
     np.testing.assert_allclose(viewer.nodes["/camera"].position, view.camera_positions[-1],
                                atol=1e-6)
+    # The camera's node, made once and set in place since, has the newest camera's frustum.
+    camera, newest = viewer.nodes["/camera"], ViewCamera.of_output(outputs[-1])
+    assert camera.fov == pytest.approx(newest.fov_y) and camera.aspect == pytest.approx(newest.aspect)
+    np.testing.assert_allclose(camera.wxyz, viser.transforms.SO3.from_matrix(newest.pose[:3, :3]).wxyz, atol=1e-6)
     np.testing.assert_array_equal(poses, reference_poses)
     np.testing.assert_array_equal(xyz, reference_xyz)
     np.testing.assert_array_equal(rgb, reference_rgb)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import TIMEOUT, interrupt_and_check_exit, need_module  # noqa: I001 (before the ROS import it guards)
+from helpers import TIMEOUT, free_port, interrupt_and_check_exit, need_module  # noqa: I001 (before the ROS import it guards)
 
 need_module("rclpy", module_level=True)   # a skip, or under LINGBOT_REQUIRE_DATA=1 a failure
 
@@ -14,12 +14,6 @@ from browser import Browser  # noqa: E402
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 # Every frame of the replay queued and processed, none dropped (the replay does not wait for the node).
 QUEUE = ("image_qos:=reliable", "image_qos_depth:=100", "queue_size:=100", "max_stamp_gap_s:=0.0")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def replay_and_settle(ros, bag):

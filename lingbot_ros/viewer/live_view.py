@@ -5,8 +5,8 @@ Mapper (the node's worker, the offline tool's loop) calls ``update`` after each 
 only hands over references: the newest output, the new camera positions and, at most every
 ``MAP_REFRESH_S``, a bounded sample of the map that the map builder's thread reads
 (``Mapper.view``, a future; bench/viewer_cost.py measures what is left on the frame loop). A
-thread of its own waits for the sample and turns them into scene updates, newest wins: what
-arrives while it draws replaces what waited. viser sends to each browser from its own event
+thread of its own waits for the sample and turns them into scene updates, at most every
+``DRAW_INTERVAL_S`` and newest wins: what arrives meanwhile replaces what waited. viser sends to each browser from its own event
 loop and drops a scene node's older states still queued for a client, so neither a slow browser
 nor one that goes away mid-update ever waits the frame loop.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import logging
 import socket
 import threading
 import time
@@ -27,7 +28,21 @@ VISER_PIN = "viser==1.1.1"   # setup.py's extra "viewer" and requirements-dev.tx
 DEFAULT_POINT_BUDGET = 200_000
 POSE_BUDGET = 10_000        # camera positions drawn (the path is an even sample beyond it)
 MAP_REFRESH_S = 1.0         # the map and path are read at most this often; the camera every frame
+DRAW_INTERVAL_S = 0.1       # the scene is drawn at most this often (what came meanwhile: one draw);
+                            # each draw holds the GIL that the frame loop's host work needs
 HOST = "127.0.0.1"
+
+
+class _QuietHandshakes(logging.Filter):
+    """A browser that closes a connection before sending its request (a preconnect, a reload, a
+    closed tab) makes websockets log a traceback on the mapping terminal; viser filters it only
+    once it served a first request. Nothing of mapping is behind it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "opening handshake failed"
+
+
+_QUIET_HANDSHAKES = _QuietHandshakes()   # one instance: addFilter adds it once
 
 
 class ViewerError(Exception):
@@ -78,6 +93,7 @@ class LiveView:
             raise ViewerError(f"the live view's point budget must be >= 1, got {point_budget}")
         viser = _import_viser()
         _refuse_busy(host, port)
+        logging.getLogger("websockets.server").addFilter(_QUIET_HANDSHAKES)
         self._server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
         if self._server.get_port() != port:   # taken between the probe and the bind
             self._server.stop()
@@ -98,6 +114,7 @@ class LiveView:
         self._offered = self._drawn = 0      # updates handed over, and drawn (``settle``)
         self.error = ""                      # the drawing thread's last error (it goes on)
         self.nodes: dict = {}                # scene node name -> its viser handle, as last drawn
+        self._made_by: dict = {}             # scene node name -> the scene.add_* that made it
         self._thread = threading.Thread(target=self._run, name="lingbot_live_view", daemon=True)
         self._thread.start()
 
@@ -149,14 +166,16 @@ class LiveView:
     # -- the drawing thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        due = 0.0   # the next draw's earliest time
         while True:
             with self._lock:
-                while not self._closed and self._pending.empty:
-                    self._lock.wait()
+                while not self._closed and (self._pending.empty or time.monotonic() < due):
+                    self._lock.wait(None if self._pending.empty else due - time.monotonic())
                 if self._closed:
                     return
                 pending, self._pending = self._pending, _Pending()
                 upto = self._offered
+            due = time.monotonic() + DRAW_INTERVAL_S
             try:
                 self._draw(pending)
             except Exception as error:   # a view problem never reaches mapping; the next update tries again
@@ -182,8 +201,8 @@ class LiveView:
             self._path_poses += len(pending.positions)
         if len(self._path) > 1:
             segments = np.stack([self._path[:-1], self._path[1:]], axis=1).astype(np.float32)
-            self.nodes["/trajectory"] = scene.add_line_segments("/trajectory", segments, (255, 64, 32), thickness=2.0,
-                                                                thickness_units="screen")
+            self._node("/trajectory", scene.add_line_segments, {"points": segments}, colors=(255, 64, 32),
+                       thickness=2.0, thickness_units="screen")
         if pending.output is not None:
             self._camera(ViewCamera.of_output(pending.output))
         self._text.content = self._status()
@@ -204,14 +223,25 @@ class LiveView:
     def _camera(self, camera: ViewCamera) -> None:
         scene = self._server.scene
         size = 0.05 * self._size
-        wxyz, position = self._so3.from_matrix(camera.pose[:3, :3]).wxyz, camera.pose[:3, 3]
+        pose = {"wxyz": self._so3.from_matrix(camera.pose[:3, :3]).wxyz, "position": camera.pose[:3, 3]}
         if camera.fov_y is None:   # intrinsics unknown (a stored run): the camera's axes
-            self.nodes["/camera"] = scene.add_frame("/camera", axes_length=size, axes_radius=size / 20, wxyz=wxyz,
-                                                    position=position)
+            self._node("/camera", scene.add_frame, {"axes_length": size, "axes_radius": size / 20, **pose})
         else:
-            self.nodes["/camera"] = scene.add_camera_frustum(
-                "/camera", camera.fov_y, camera.aspect, scale=size, color=(32, 96, 255), thickness=2.0,
-                thickness_units="screen", wxyz=wxyz, position=position)
+            self._node("/camera", scene.add_camera_frustum,
+                       {"fov": camera.fov_y, "aspect": camera.aspect, "scale": size, **pose}, color=(32, 96, 255),
+                       thickness=2.0, thickness_units="screen")
+
+    def _node(self, name: str, add, live: dict, **fixed) -> None:
+        """Scene node ``name``, made by ``add`` (a scene.add_* method) the first time or where
+        another one made it; after that only its ``live`` props are set in place (viser sends what
+        changed). Making a node costs about 0.5 ms of the GIL (viser reads its type hints anew):
+        two a frame took 1 ms a frame from the frame loop at 30 Hz (bench/viewer_cost.py)."""
+        handle = self.nodes.get(name)
+        if handle is None or self._made_by[name] != add.__name__:
+            self.nodes[name], self._made_by[name] = add(name, **live, **fixed), add.__name__
+            return
+        for prop, value in live.items():
+            setattr(handle, prop, value)
 
     def _status(self) -> str:
         view = self.shown

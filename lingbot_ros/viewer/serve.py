@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from lingbot_ros.process import interrupts
+
 from .live_view import DEFAULT_POINT_BUDGET, LiveView, ViewerError
 
 DEFAULT_PORT = 8080   # viser's own default
@@ -60,10 +62,16 @@ def close(viewer: LiveView | None) -> None:
 
 
 def until_stopped(viewer: LiveView | None, prog: str, what: str) -> None:
-    """Serve ``what`` once drawn, until Ctrl-C or SIGTERM (process/interrupts.py ends the tool)."""
+    """Serve ``what`` once drawn, until Ctrl-C or SIGTERM (process/interrupts.py ends the tool).
+    A run already stopped by one is not served: the user asked to end, and interrupts.py ignores
+    every later signal (the page would be served until a kill)."""
     if viewer is None:
         return
     try:
+        stopped = interrupts.requested()
+        if stopped:
+            print(f"{prog}: live view closed: stopped by {stopped}", file=sys.stderr, flush=True)
+            return
         viewer.settle(SETTLE_S)
         if viewer.error:
             print(f"{prog}: warning: live view: {viewer.error}", file=sys.stderr, flush=True)

@@ -185,6 +185,11 @@ def check_target(directory: str | Path, overwrite: bool) -> Path:
             raise ColmapExportError(f"{path} is a symlink: not followed (give a directory without one)")
         if path.exists() and not path.is_dir():
             raise ColmapExportError(f"{path} exists and is not a directory")
+    above = directory.parent   # where DIR is made: a file there would fail only after the run
+    while not os.path.lexists(above):
+        above = above.parent
+    if not above.is_dir():
+        raise ColmapExportError(f"{above} is not a directory: {directory} cannot be made in it")
     found = existing_model(directory)
     if found and not overwrite:
         shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
