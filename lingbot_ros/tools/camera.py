@@ -15,12 +15,13 @@ import sys
 import time
 
 from lingbot_ros.process import interrupts
+from lingbot_ros.tools.command_line import Parser
 
 DEFAULT_TOPIC = "/camera/image_raw"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lingbot-ros-camera", description=__doc__.split("\n")[0])
+    parser = Parser(prog="lingbot-ros-camera", description=__doc__.split("\n")[0])
     parser.add_argument("--source", default="synthetic",
                         help="image folder, video file, camera index (e.g. 0), or synthetic[:WxH]")
     parser.add_argument("--rate", type=float, default=10.0, help="frames per second (default 10)")

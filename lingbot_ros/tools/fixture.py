@@ -9,7 +9,6 @@ With --check, compares them against REF_DIR/expected.npz with the spec-18 tolera
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import logging
@@ -28,6 +27,7 @@ from ..mapping.windows.rule import WindowError, WindowRule
 from ..model import CheckpointError, ConfigError
 from ..stream import SettingsError, StreamingSession
 from ..process import interrupts
+from lingbot_ros.tools.command_line import Parser
 
 log = logging.getLogger("lingbot_ros.fixture")
 
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="lingbot-ros-fixture", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="lingbot-ros-fixture", description=__doc__.split("\n\n")[0])
     parser.add_argument("ref_dir", help="reference directory: config.json, ckpt.pt, frames.npy")
     parser.add_argument("out", help="output .npz path")
     parser.add_argument("--check", action="store_true",

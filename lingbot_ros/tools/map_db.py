@@ -33,18 +33,19 @@ from pathlib import Path
 
 from lingbot_ros.mapping.database import schema as mdb
 from lingbot_ros.mapping.database.blobs import MapDatabaseError
+from lingbot_ros.mapping.database.readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
+from lingbot_ros.mapping.database.retention import stored_bytes
 from lingbot_ros.mapping.database.run_info import RunInfo, runs as stored_runs
 from lingbot_ros.mapping.database.writer_lock import WriterLock, lock_path
 from lingbot_ros.mapping.files.colmap import ColmapExportError, export_images, write_colmap
 from lingbot_ros.mapping.files.export import MAP_FILE_NAMES, write_map_files
-from lingbot_ros.mapping.database.readback import check_settings, conversion, defaulted, load_keyframe_images, load_run
-from lingbot_ros.mapping.store.map_view import stored_view
-from lingbot_ros.mapping.database.retention import stored_bytes
 from lingbot_ros.mapping.files.preview import preview_png
+from lingbot_ros.mapping.files.staged_files import write_files
 from lingbot_ros.mapping.rig.rig_map import file_names
 from lingbot_ros.mapping.rig.stored_rig import load_rig, rig_members, save_rig
-from lingbot_ros.mapping.files.staged_files import write_files
+from lingbot_ros.mapping.store.map_view import stored_view
 from lingbot_ros.process import interrupts
+from lingbot_ros.tools.command_line import Parser
 from lingbot_ros.viewer import serve
 from lingbot_ros.viewer.live_view import POSE_BUDGET
 
@@ -54,7 +55,7 @@ class MapToolError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lingbot-ros-map", description=__doc__.split("\n\n")[0],
+    parser = Parser(prog="lingbot-ros-map", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     commands = parser.add_subparsers(dest="command", required=True)

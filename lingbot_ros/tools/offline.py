@@ -25,19 +25,20 @@ import numpy as np
 
 from lingbot_ros.io.sources import FrameDecodeError, SourceError, open_source
 from lingbot_ros.mapping import factory
-from lingbot_ros.mapping.store.points import to_numpy
 from lingbot_ros.mapping.files.colmap import ColmapExportError, KeyframeImage, check_target, export_images, write_colmap
+from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.records import InputFrame, MapperOutput
 from lingbot_ros.mapping.rig.grouping import GroupingSettings
 from lingbot_ros.mapping.settings import SettingsError
-from lingbot_ros.mapping.files.staged_files import StagedFiles
 from lingbot_ros.mapping.stamps import seconds_text
+from lingbot_ros.mapping.store.points import to_numpy
 from lingbot_ros.mapping.store.voxel_map import VoxelRangeError
 from lingbot_ros.mapping.warmup_size import AUTO, found_in_source, warmup_size
 from lingbot_ros.model import CheckpointError, ConfigError
 from lingbot_ros.process import interrupts
 from lingbot_ros.tools import progress
+from lingbot_ros.tools.command_line import Parser
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 from lingbot_ros.viewer import serve
 
@@ -49,7 +50,7 @@ class OfflineError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lingbot-ros-offline",
         description=__doc__.split("\n\n")[0],
         epilog="Outputs in --output: trajectory.tum (TUM 'timestamp tx ty tz qx qy qz qw': the robot's "

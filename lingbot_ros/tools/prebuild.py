@@ -12,7 +12,6 @@ the size from) and prints each phase's time.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
@@ -22,6 +21,7 @@ from lingbot_ros.mapping.mapper import Mapper
 from lingbot_ros.mapping.settings import MapperSettings, SettingsError
 from lingbot_ros.mapping.warmup_size import warmup_size
 from lingbot_ros.process import interrupts
+from lingbot_ros.tools.command_line import Parser
 from lingbot_ros.tools.settings_flags import add_settings_arguments, settings_from_args
 
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="lingbot-ros-prebuild", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="lingbot-ros-prebuild", description=__doc__.split("\n\n")[0])
     add_settings_arguments(parser, exclude=("checkpoint",))
     parser.set_defaults(model_config="lingbot-map", device="cuda")
     args = parser.parse_args(argv)

@@ -41,6 +41,7 @@ from rosgraph_msgs.msg import Clock
 
 from lingbot_ros.process import interrupts
 from lingbot_ros.ros.spinning import BackgroundSpin
+from lingbot_ros.tools.command_line import Parser
 from lingbot_ros.tools.replay_inputs import apart, bag_folder, choose_tracks, merged_messages, parse_cameras
 from lingbot_ros.tools.replay_pacing import IMAGE_TYPES, NodeNotKeepingUpError, NodePacing
 from lingbot_ros.tools.replay_progress import PlaybackProgress
@@ -68,7 +69,7 @@ def parse_remaps(items: list[str]) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lingbot-ros-replay", description=__doc__.split("\n")[0])
+    parser = Parser(prog="lingbot-ros-replay", description=__doc__.split("\n")[0])
     parser.add_argument("bag", nargs="+", help="rosbag2 directory (or its .mcap / .db3 file); several play "
                                                "together, merged in receive-time order")
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1)")

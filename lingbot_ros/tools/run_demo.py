@@ -34,6 +34,7 @@ from pathlib import Path
 
 from lingbot_ros.process import interrupts
 from lingbot_ros.tools import shared_data
+from lingbot_ros.tools.command_line import Parser
 from lingbot_ros.tools.progress import Progress
 
 DEFAULT_IMAGES = "data/courthouse_jpg"
@@ -43,7 +44,7 @@ RIG_IMAGES = (DEFAULT_IMAGES, "data/loop_jpg")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lingbot-ros-demo", description=__doc__.split("\n")[0])
+    parser = Parser(prog="lingbot-ros-demo", description=__doc__.split("\n")[0])
     parser.add_argument("--source", default=None, action="append",
                         help=f"image folder, video, camera index or synthetic (default: {DEFAULT_IMAGES} "
                              f"of the shared folder: ${shared_data.ENV}, else ../shared beside the checkout "
