@@ -67,6 +67,8 @@ def main(argv=None) -> int:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     parser.add_argument("--long-run-policy", default=defaults.long_run_policy)
     parser.add_argument("--image-width", type=int, default=defaults.image_width)
+    parser.add_argument("--kv-cache-dtype", default=defaults.kv_cache_dtype,
+                        help="the global cache's K/V storage (kv_cache_dtype): auto (bf16 on CUDA) or fp8")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("long_run_gpu.py: needs CUDA (or --device cpu with --preset tiny)", file=sys.stderr)
@@ -76,26 +78,32 @@ def main(argv=None) -> int:
         defaults, model_config=args.preset, device=args.device, image_width=args.image_width,
         warmup_image_size=args.image_size, long_run_policy=args.long_run_policy, window_size=args.window_size,
         overlap_size=args.overlap_size, num_scale_frames=args.num_scale_frames, scale_frames=args.scale_frames,
-        sliding_window=args.sliding_window)
+        sliding_window=args.sliding_window, kv_cache_dtype=args.kv_cache_dtype)
     start = time.perf_counter()
     bundle = factory.build(settings)
     mapper = Mapper(settings, bundle)
     build_s = time.perf_counter() - start
     warmup_s = mapper.warm_up()
+    warmup_peak = torch.cuda.max_memory_allocated() if args.device.startswith("cuda") else 0
     print(f"built in {build_s:.1f} s, warm-up {warmup_s:.1f} s ({bundle.description})", flush=True)
     images = synthetic_images(300, width, height)
     cuda = args.device.startswith("cuda")
     times = np.zeros(args.frames)
     model_ms = np.zeros(args.frames)
+    frame_peak = np.zeros(args.frames)   # bytes allocated at the most during each frame (CUDA)
     windows = np.zeros(args.frames, np.int64)
     memory_at: dict[int, int] = {}
     captures_at: dict[int, int] = {}
     run_start = time.perf_counter()
     for i in range(args.frames):
         frame = InputFrame(rgb=images[i % len(images)], stamp_ns=1_000_000_000 + i * 33_333_333)
+        if cuda:   # the allocator's own counters: no device sync
+            torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         outcome = mapper.process(frame)
         times[i] = (time.perf_counter() - t0) * 1e3
+        if cuda:
+            frame_peak[i] = torch.cuda.max_memory_allocated()
         windows[i] = mapper.snapshot.window
         model_ms[i] = mapper.snapshot.model_ms
         if outcome.notices:
@@ -126,11 +134,19 @@ def main(argv=None) -> int:
         "max_frame_ms": float(times[100:].max()) if n > 100 else float("nan"),
         "frames_over_2x_median": int((times[100:] > 2 * np.median(times[100:][steady[100:]])).sum()) if n > 100 else 0,
         # The Mapper's own work: process time minus the model step (step until the device is done).
+        "model_ms_median": float(np.median(model_ms[100:][steady[100:]])) if n > 100 else float("nan"),
         "overhead_ms_median": float(np.median((times - model_ms)[100:][steady[100:]])) if n > 100 else float("nan"),
         "switches": int(switch.sum()),
         "switch_ms_median": float(np.median(times[switch])) if switch.any() else float("nan"),
         "switch_ms_max": float(times[switch].max()) if switch.any() else float("nan"),
         "memory_allocated_at": memory_at, "graph_captures_at": captures_at,
+        # Peak allocated memory: the warm-up's, the frames that start a window (their phase 1 of
+        # the overlap) and the other frames'; the run's peak is the largest (what a GPU must hold).
+        "peak_warmup_gib": warmup_peak / 2**30,
+        "peak_switch_gib": float(frame_peak[switch].max()) / 2**30 if switch.any() else float("nan"),
+        "peak_steady_gib": float(frame_peak[100:][steady[100:]].max()) / 2**30 if n > 100 else float("nan"),
+        "peak_first_100_gib": float(frame_peak[:100].max()) / 2**30,   # window 0's phase 1 included
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0,
         "map_points": mapper.snapshot.map_points,
     }
     args.out.mkdir(parents=True, exist_ok=True)
