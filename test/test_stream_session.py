@@ -416,3 +416,18 @@ def test_single_frame_steps_run_the_sessions_block_kernels(model, frames):
     assert_same(results, run(StreamingSession(model, small()), frames[:4]), atol=0)
     agg.frame_blocks[0](torch.zeros(1, 12, model.config.embed_dim))   # outside a session call
     assert len(calls) == 2 * len(per_frame)
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_phase1_depth_head_in_chunks_equals_the_whole_batch(model, frames, monkeypatch, chunk):
+    """The depth head runs a few frames at a time (its fp32 maps bound phase 1's peak memory):
+    every output of a phase-1 batch and the frames after it equal those of one head call."""
+    import lingbot_ros.stream.frame_compute as frame_compute
+
+    def stream(frames_at_once):
+        monkeypatch.setattr(frame_compute, "DEPTH_HEAD_FRAMES", frames_at_once)
+        return run(StreamingSession(model, small(num_scale_frames=5, scale_frames=5)), frames[:8])
+
+    whole, chunked = stream(64), stream(chunk)
+    assert len(whole) == 8
+    assert_same(chunked, whole, atol=1e-5)

@@ -27,6 +27,10 @@ from .settings import SettingsError, StreamSettings
 # [F, H, W, 3]). A tuple of tensors: the form a captured graph's outputs take.
 StepOutputs = tuple[torch.Tensor, ...]
 
+# Frames the depth head runs at once in a call of several (phase 1's batch, a batched step of
+# several streams): `FrameCompute._depth`.
+DEPTH_HEAD_FRAMES = 1
+
 
 def frame_outputs(outputs: StepOutputs, i: int) -> StepOutputs:
     """Frame i's part of a call's outputs (views, no copy), in the layout of a one-frame call."""
@@ -70,13 +74,24 @@ class FrameCompute:
             outputs = m.aggregator.forward_patches(
                 patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
                 global_attend=global_attend)
-        outputs = [o.float() for o in outputs]                                   # heads run in fp32
-        poses = m.camera_head(outputs[-1][:, 0], camera, self.camera_num_iterations)
-        depth, depth_conf = m.depth_head(outputs, H, W)                          # [F, H, W, 1], [F, H, W]
+        # The heads run in fp32.
+        poses = m.camera_head(outputs[-1][:, 0].float(), camera, self.camera_num_iterations)
+        depth, depth_conf = self._depth(outputs, H, W)                           # [F, H, W, 1], [F, H, W]
         extrinsic = pose_to_extrinsic(poses[-1])
         intrinsic = pose_to_intrinsic(poses[-1], W, H)
         points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
         return poses, depth, depth_conf, extrinsic, intrinsic, points
+
+    def _depth(self, outputs: list[torch.Tensor], H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The depth head, DEPTH_HEAD_FRAMES frames at a time: its fp32 feature maps at the image's
+        size are ~0.3 GB a frame (released model, 518x378), so phase 1's batch of 8 at once set
+        the run's peak memory at every window's start. Each frame's depth is its own (no
+        cross-frame term), so the chunks change no value."""
+        F, c = outputs[0].shape[0], DEPTH_HEAD_FRAMES
+        if F <= c:
+            return self.model.depth_head([o.float() for o in outputs], H, W)
+        parts = [self.model.depth_head([o[i:i + c].float() for o in outputs], H, W) for i in range(0, F, c)]
+        return torch.cat([depth for depth, _ in parts]), torch.cat([conf for _, conf in parts])
 
     def _autocast(self):
         if self.dtype == torch.float32:
