@@ -6,7 +6,10 @@
 # (carry .gpu_ros).
 # Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
 #
-#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed] [all]
+# longrun: bench/long_run_gpu.py with bf16 and FP8 K/V (windowed defaults); fp8error: model_gpu.py's
+# error table with the FP8 cache.
+#
+#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed] [all] [longrun] [fp8error]
 set -u
 [ -d /tmp/ros312/ros312 ] || { echo "carry .gpu_ros and source bench/device/setup.sh first"; exit 1; }
 steps=${*:-dds tests raw compressed}
@@ -19,6 +22,21 @@ for step in $steps; do
     startup)
       # Issue 26 target 5: a released-size checkpoint file, lingbot-ros-prebuild, two node starts.
       $PY bench/startup_gpu.py 2>&1 | tee "$OUT/startup.txt" | tail -6 ;;
+    longrun)
+      # Issue 26 targets 3 and 4 under the windowed defaults: LONG_RUN_FRAMES (default 2000) through
+      # the Mapper, bf16 and FP8 K/V; each summary (frame times, switches, peak memory) to $OUT.
+      for dtype in auto fp8; do
+        timeout "${LONG_RUN_LIMIT_S:-200}" $PY bench/long_run_gpu.py --frames "${LONG_RUN_FRAMES:-2000}" \
+          --kv-cache-dtype $dtype --progress-every 500 --out /tmp/long_run_$dtype > "$OUT/long_run_$dtype.log" 2>&1
+        cp /tmp/long_run_$dtype/summary.json "$OUT/long_run_$dtype.json" 2>/dev/null
+        grep -E '^frame [0-9]+/|built in' "$OUT/long_run_$dtype.log" | tail -6
+        grep -E '"(median_1000_3000|median_last_2000|model_ms_median|max_frame_ms|frames_over_2x_median|switch_ms_median|peak_[a-z_0-9]+)"' \
+          "$OUT/long_run_$dtype.json" 2>/dev/null
+      done ;;
+    fp8error)
+      # Issue 26 target 3: every output's error against float32, bf16 and the FP8 K/V cache.
+      timeout "${FP8_ERROR_LIMIT_S:-240}" $PY bench/model_gpu.py --frames 120 --compare-frames 120 --also-fp8 \
+        > "$OUT/fp8_error.txt" 2>&1; tail -12 "$OUT/fp8_error.txt" ;;
     tests)
       $PY -m pytest -q -p no:cacheprovider test/test_cache_flashinfer.py test/test_stream_frame_graph.py \
         test/test_mapping_mapper_gpu.py test/test_stream_multi_gpu.py test/test_mapping_rig_gpu.py \
