@@ -25,6 +25,8 @@ for step in $steps; do
     longrun)
       # Issue 26 targets 3 and 4 under the windowed defaults: LONG_RUN_FRAMES (default 2000) through
       # the Mapper, bf16 and FP8 K/V; each summary (frame times, switches, peak memory) to $OUT.
+      # First the depth head's phase-1 transient, 8 frames at once against one at a time.
+      $PY bench/depth_head_memory.py --device cuda 2>&1 | tee "$OUT/depth_head_memory.md"
       for dtype in auto fp8; do
         timeout "${LONG_RUN_LIMIT_S:-200}" $PY bench/long_run_gpu.py --frames "${LONG_RUN_FRAMES:-2000}" \
           --kv-cache-dtype $dtype --progress-every 500 --out /tmp/long_run_$dtype > "$OUT/long_run_$dtype.log" 2>&1
