@@ -27,7 +27,7 @@ for step in $steps; do
       # the Mapper, bf16 and FP8 K/V; each summary (frame times, switches, peak memory) to $OUT.
       # First the depth head's phase-1 transient, 8 frames at once against one at a time.
       $PY bench/depth_head_memory.py --device cuda 2>&1 | tee "$OUT/depth_head_memory.md"
-      for dtype in auto fp8; do
+      for dtype in ${LONG_RUN_DTYPES:-auto fp8}; do
         timeout "${LONG_RUN_LIMIT_S:-200}" $PY bench/long_run_gpu.py --frames "${LONG_RUN_FRAMES:-2000}" \
           --kv-cache-dtype $dtype --progress-every 500 --out /tmp/long_run_$dtype > "$OUT/long_run_$dtype.log" 2>&1
         cp /tmp/long_run_$dtype/summary.json "$OUT/long_run_$dtype.json" 2>/dev/null
