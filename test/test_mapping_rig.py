@@ -305,8 +305,18 @@ def test_the_one_map_and_a_camera_fed_the_primarys_frames_has_scale_one(fixture_
         assert scale.matched_poses == 10 and "10 base poses" in scale.text
         xyz, rgb = rig.map_points()
         single, _ = rig.camera("front").map_points()
-        assert len(xyz) == len(single) > 0
-        assert_close(np.sort(xyz, axis=0), np.sort(single, axis=0), "the rig's map")
+        # The copy's points are the primary's up to the batched step's rounding (~1e-6: the two
+        # streams' rows of one call), so a point on a voxel's face may land in the next voxel:
+        # the union holds every voxel of the primary's map, and a few more at most; the voxels
+        # such a point left or joined have another mean, the others the primary's point.
+        voxel = settings.map_voxel_size_m
+        keys = {tuple(k): p for k, p in zip(np.floor(xyz / voxel).astype(np.int64), xyz)}
+        single_keys = [tuple(k) for k in np.floor(single / voxel).astype(np.int64)]
+        assert len(single) > 0 and all(k in keys for k in single_keys)
+        few = max(2, len(single) // 1000)
+        assert len(xyz) - len(single) <= few
+        moved = np.abs(np.array([keys[k] for k in single_keys]) - single).max(axis=1) > 1e-5 * np.abs(single).max()
+        assert moved.sum() <= 2 * few, f"{moved.sum()} of {len(single)} voxels moved"
         saved = rig.save(tmp_path)
         ply_xyz, ply_rgb = read_ply(saved.ply_path)
         assert len(ply_xyz) == len(xyz) and (ply_rgb == rgb).all()
