@@ -49,7 +49,7 @@ for step in $steps; do
       transport=$step; extra=(); [ "$step" = all ] && transport=raw extra=(--param process_all_frames:=true)
       $PY bench/node_latency.py --device cuda --model-config lingbot-map --checkpoint none \
         --image-width 518 --image-size 518x378 --num-scale-frames 8 --window 64 \
-        --rates 10 20 30 --seconds 10 --transport "$transport" "${extra[@]}" --node-log "$OUT/node_$step.log" \
+        --rates ${NODE_RATES:-10 20 30} --seconds ${NODE_SECONDS:-10} --transport "$transport" "${extra[@]}" --node-log "$OUT/node_$step.log" \
         --out "$OUT/latency_$step" 2>&1 | tail -8 ;;
   esac
 done
