@@ -98,6 +98,18 @@ def test_a_database_that_cannot_be_written_changes_nothing_else(make_mapper, tmp
     assert corrupt.read_bytes() == b"not a database" * 64
 
 
+def test_a_refusal_after_the_first_snapshot_is_in_the_snapshot_without_a_frame(tiny_mapper):
+    """The writer thread opens the file (and may refuse it) after the Mapper's first snapshot; the
+    snapshot says so at once, not only after the next frame (a node waiting for images told nothing)."""
+    recorder, unused = NoRecorder(), tiny_mapper(warmup=False)
+    unused.close()
+    mapper = type(unused)(unused.settings, unused.bundle, recorder=recorder)   # its model, a recorder of ours
+    recorder.text, recorder.failure = "not stored: refused", "refused"   # as MapWriter._fail, on its thread
+    assert (mapper.snapshot.map_database, mapper.snapshot.map_database_error) == ("not stored: refused", "refused")
+    assert mapper.snapshot.state_text == "waiting for images"
+    mapper.close()
+
+
 class _Conversion:
     """I is map (what end_stream reads of a conversion)."""
 
