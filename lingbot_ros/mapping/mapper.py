@@ -101,14 +101,7 @@ class Mapper:
 
     @property
     def snapshot(self) -> MapperSnapshot:
-        # The database's text and failure are the writer thread's, read now: it opens the file (and
-        # may refuse it: a symlinked lock, another writer) after the snapshot of __init__ was taken,
-        # and may fail at a commit after the last frame. Taken only at the next verb, a refusal was
-        # missing from ~/status and /diagnostics (and never logged) until the first image came.
-        snapshot, text, failure = self._snapshot, self.recorder.text, self.recorder.failure
-        if snapshot.map_database != text or snapshot.map_database_error != failure:
-            snapshot = replace(snapshot, map_database=text, map_database_error=failure)
-        return snapshot
+        return self._snapshot.with_database(self.recorder.text, self.recorder.failure)
 
     @property
     def stream(self) -> StreamState:

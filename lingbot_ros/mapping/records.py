@@ -141,6 +141,14 @@ class MapperSnapshot:
     map_database_error: str = ""      # why this run is not (or no longer) stored; '' while it is
     last_stamp_ns: int | None = None
 
+    def with_database(self, text: str, error: str) -> "MapperSnapshot":
+        """This snapshot with the map database's text and error as they are now: the writer's
+        thread opens the file (and may refuse it) after the last verb's snapshot, and a refusal
+        was missing from ~/status and /diagnostics until the next frame came."""
+        if (text, error) == (self.map_database, self.map_database_error):
+            return self
+        return dataclasses.replace(self, map_database=text, map_database_error=error)
+
 
 @dataclasses.dataclass(frozen=True)
 class SavedMap:
