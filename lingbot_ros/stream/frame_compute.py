@@ -84,9 +84,10 @@ class FrameCompute:
 
     def _depth(self, outputs: list[torch.Tensor], H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The depth head, DEPTH_HEAD_FRAMES frames at a time: its fp32 feature maps at the image's
-        size are ~0.3 GB a frame (released model, 518x378), so phase 1's batch of 8 at once set
-        the run's peak memory at every window's start. Each frame's depth is its own (no
-        cross-frame term), so the chunks change no value."""
+        size are ~0.3 GB a frame (released model, 518x378), and phase 1's batch of 8 at once put
+        ~1.6 GiB more on top of the steady state at every window's start
+        (bench/depth_head_memory.py). Each frame's depth is its own (no cross-frame term): the
+        chunks change values by the convolutions' rounding only."""
         F, c = outputs[0].shape[0], DEPTH_HEAD_FRAMES
         if F <= c:
             return self.model.depth_head([o.float() for o in outputs], H, W)
