@@ -7,9 +7,9 @@
 # Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
 #
 # longrun: bench/long_run_gpu.py with bf16 and FP8 K/V (windowed defaults); fp8error: model_gpu.py's
-# error table with the FP8 cache.
+# error table with the FP8 cache; switch: bench/switch_cost.py (a window switch part by part).
 #
-#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed] [all] [longrun] [fp8error]
+#   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed] [all] [longrun] [fp8error] [switch]
 set -u
 [ -d /tmp/ros312/ros312 ] || { echo "carry .gpu_ros and source bench/device/setup.sh first"; exit 1; }
 steps=${*:-dds tests raw compressed}
@@ -35,6 +35,9 @@ for step in $steps; do
         grep -E '"(median_1000_3000|median_last_2000|model_ms_median|max_frame_ms|frames_over_2x_median|switch_ms_median|peak_[a-z_0-9]+)"' \
           "$OUT/long_run_$dtype.json" 2>/dev/null
       done ;;
+    switch)
+      # Issue 26 target 4: a window switch part by part (phase 1, each re-run, phase 1's memory).
+      timeout "${SWITCH_LIMIT_S:-150}" $PY bench/switch_cost.py 2>&1 | tee "$OUT/switch_cost.md" | tail -12 ;;
     fp8error)
       # Issue 26 target 3: every output's error against float32, bf16 and the FP8 K/V cache.
       timeout "${FP8_ERROR_LIMIT_S:-240}" $PY bench/model_gpu.py --frames 120 --compare-frames 120 --also-fp8 \

@@ -1,0 +1,107 @@
+"""What a window switch costs, part by part (issue 26 target 4): the session's step times around
+a switch as the windowed policy makes one, each part with a device sync.
+
+A session of the released architecture (random weights, 518x378 synthetic frames, the live
+defaults: 8 scale frames, 8 anchors + a 64-frame window, overlap 16) streams --steady frames to
+fill its window, then, --switches times: the full-window step just before the switch, the reset,
+the overlap's frames again (phase 1 on the first 8 at once, then the rest one at a time), and the
+next frame. Per part the median over the switches, and phase 1's peak allocated memory above the
+steady state. These are the pieces a switch spread over the frames before it must fit into
+(bench/README.md, "Target 4, worked out").
+
+    python bench/switch_cost.py
+    python bench/switch_cost.py --preset tiny --device cpu --height 28 --width 42 --steady 12 --switches 2 \\
+        --scale-frames 2 --sliding-window 3 --overlap 4      # smoke
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
+
+from bench.stream_gpu import sync, synthetic_frames  # noqa: E402
+from lingbot_ros.mapping import factory  # noqa: E402
+from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
+
+
+def timed(device: str, fn) -> tuple[float, object]:
+    sync(device)
+    start = time.perf_counter()
+    out = fn()
+    sync(device)
+    return (time.perf_counter() - start) * 1e3, out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="lingbot-map")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--height", type=int, default=378)
+    ap.add_argument("--width", type=int, default=518)
+    ap.add_argument("--steady", type=int, default=100, help="frames streamed before the first switch")
+    ap.add_argument("--switches", type=int, default=3)
+    ap.add_argument("--scale-frames", type=int, default=8, help="num_scale_frames and the anchors")
+    ap.add_argument("--sliding-window", type=int, default=64)
+    ap.add_argument("--overlap", type=int, default=MapperSettings().overlap_size, help="overlap_size")
+    ap.add_argument("--kv-cache-dtype", default="auto")
+    args = ap.parse_args(argv)
+    if args.overlap < args.scale_frames:
+        ap.error("--overlap must be at least --scale-frames (phase 1 runs on the overlap's first frames)")
+    settings = MapperSettings(model_config=args.preset, checkpoint="", device=args.device,
+                              num_scale_frames=args.scale_frames, scale_frames=args.scale_frames,
+                              sliding_window=args.sliding_window, keyframe_interval=1, camera_num_iterations=4,
+                              kv_cache_dtype=args.kv_cache_dtype)
+    device = str(factory.resolve_device(args.device))
+    model, _ = factory.load_model(settings, factory.resolve_device(args.device))
+    session = factory.new_session(model, settings)
+    images = synthetic_frames(64, args.height, args.width, device)
+    frame = iter(images[i % len(images)] for i in range(10**9))
+    cuda = device.startswith("cuda")
+    with torch.inference_mode():
+        for _ in range(args.steady):
+            session.step(next(frame))
+        parts: dict[str, list[float]] = {"full-window step before the switch": [], "reset": [],
+                                         f"phase 1 ({args.scale_frames} frames at once)": [],
+                                         "a re-run (median of the switch's)": [], "re-runs, all": [],
+                                         "the next frame": [], "the whole switch": []}
+        phase1_extra_gib = []
+        for _ in range(args.switches):
+            for _ in range(args.steady // 2):
+                session.step(next(frame))
+            parts["full-window step before the switch"].append(timed(device, lambda: session.step(next(frame)))[0])
+            reset_ms, _ = timed(device, session.reset)
+            overlap = [next(frame) for _ in range(args.overlap)]
+            for image in overlap[:args.scale_frames - 1]:      # buffered: no device work
+                session.step(image)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            phase1_ms, _ = timed(device, lambda: session.step(overlap[args.scale_frames - 1]))
+            if cuda:
+                phase1_extra_gib.append((torch.cuda.max_memory_allocated() - before) / 2**30)
+            reruns = [timed(device, lambda image=image: session.step(image))[0] for image in overlap[args.scale_frames:]]
+            next_ms, _ = timed(device, lambda: session.step(next(frame)))
+            parts["reset"].append(reset_ms)
+            parts[f"phase 1 ({args.scale_frames} frames at once)"].append(phase1_ms)
+            parts["a re-run (median of the switch's)"].append(statistics.median(reruns) if reruns else 0.0)
+            parts["re-runs, all"].append(sum(reruns))
+            parts["the next frame"].append(next_ms)
+            parts["the whole switch"].append(reset_ms + phase1_ms + sum(reruns) + next_ms)
+    name = torch.cuda.get_device_name() if cuda else "cpu"
+    print(f"| part ({name}, {args.width}x{args.height}, overlap {args.overlap}, {args.switches} switches) | "
+          "median ms |\n| --- | --- |")
+    for part, values in parts.items():
+        print(f"| {part} | {statistics.median(values):.1f} |")
+    if phase1_extra_gib:
+        print(f"| phase 1's peak above the steady state | {max(phase1_extra_gib):.2f} GiB |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
