@@ -16,6 +16,7 @@ steady state. These are the pieces a switch spread over the frames before it mus
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     model, _ = factory.load_model(settings, factory.resolve_device(args.device))
     session = factory.new_session(model, settings)
     images = synthetic_frames(64, args.height, args.width, device)
-    frame = iter(images[i % len(images)] for i in range(10**9))
+    frame = itertools.cycle(images)
     cuda = device.startswith("cuda")
     with torch.inference_mode():
         for _ in range(args.steady):
