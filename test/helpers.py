@@ -183,6 +183,22 @@ def wait_until(condition, what: str, timeout: float, details=None):
     raise AssertionError(f"timed out waiting for {what}" + (f"; {details()}" if details else ""))
 
 
+def call_service(client, request, name: str, timeout: float, attempts: int = 1, details=None):
+    """One service call; the caller's executor delivers the reply. ``attempts`` > 1 (read-only
+    requests only): sent again when no response comes within its share of ``timeout``. Fast DDS
+    drops a response whose reader it has not matched yet ("failed to send response (timeout)" in
+    the node's log) on a loaded machine right after a node starts."""
+    for _ in range(attempts):
+        future = client.call_async(request)
+        try:
+            wait_until(future.done, f"the response of {name}", timeout / attempts)
+            return future.result()
+        except AssertionError:
+            client.remove_pending_request(future)
+    raise AssertionError(f"timed out waiting for the response of {name} ({attempts} requests)"
+                         + (f"; {details()}" if details else ""))
+
+
 def stamp_ns(header) -> int:
     """A message header's stamp in integer nanoseconds."""
     return header.stamp.sec * 10**9 + header.stamp.nanosec
@@ -305,24 +321,12 @@ class Ros(ProbeNode):
         return f"last status: {self.statuses[-1] if self.statuses else None}\n{logs}"
 
     def call(self, srv_type, name: str, request, attempts: int = 1):
-        """One service call from the test thread; the background executor delivers the reply.
-        ``attempts`` > 1 (read-only requests only): sent again when no response comes within its
-        share of TIMEOUT. Fast DDS drops a response whose reader it has not matched yet ("failed
-        to send response (timeout)" in the node's log) on a loaded machine right after start."""
+        """One service call from the test thread (``call_service``; retried: read-only requests)."""
         client = self.clients.get(name)
         if client is None:
             client = self.clients[name] = self.node.create_client(srv_type, name)
         assert client.wait_for_service(timeout_sec=TIMEOUT), f"service {name} did not appear"
-        for attempt in range(attempts):
-            future = client.call_async(request)
-            try:
-                wait_until(future.done, f"the response of {name}", TIMEOUT / attempts)
-                return future.result()
-            except AssertionError:
-                client.remove_pending_request(future)
-                if attempt == attempts - 1:
-                    raise AssertionError(f"timed out waiting for the response of {name} ({attempts} requests); "
-                                         f"{self._last_status_and_logs()}") from None
+        return call_service(client, request, name, TIMEOUT, attempts, self._last_status_and_logs)
 
     def transition(self, transition: int, expected: str, succeeds: bool = True) -> None:
         response = self.call(ChangeState, "/map_node/change_state",

@@ -33,7 +33,7 @@ from rcl_interfaces.srv import GetParameters  # noqa: E402
 from rclpy.context import Context  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
-from helpers import background_spin, wait_until  # noqa: E402
+from helpers import background_spin, call_service, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -142,21 +142,22 @@ class LaunchRun:
     def started_pids(self) -> list[int]:
         return [int(pid) for pid in re.findall(r"process started with pid \[(\d+)\]", self.output())]
 
-    def call(self, srv_type, name: str, request):
+    def call(self, srv_type, name: str, request, attempts: int = 1):
         client = self.node.create_client(srv_type, name)
         self.wait(lambda: client.service_is_ready(), f"service {name}")
-        future = client.call_async(request)
-        self.wait(future.done, f"the response of {name}")
-        self.node.destroy_client(client)
-        return future.result()
+        try:
+            return call_service(client, request, name, TIMEOUT, attempts,
+                                details=lambda: "launch output:\n" + self.output()[-4000:])
+        finally:
+            self.node.destroy_client(client)
 
     def parameters(self, node: str, names: list[str]) -> dict:
-        response = self.call(GetParameters, f"{node}/get_parameters", GetParameters.Request(names=names))
+        response = self.call(GetParameters, f"{node}/get_parameters", GetParameters.Request(names=names), attempts=3)
         return {name: rclpy.parameter.parameter_value_to_python(value)
                 for name, value in zip(names, response.values)}
 
     def state(self, node: str) -> str:
-        return self.call(GetState, f"{node}/get_state", GetState.Request()).current_state.label
+        return self.call(GetState, f"{node}/get_state", GetState.Request(), attempts=3).current_state.label
 
     def subscriptions(self, name: str, namespace: str) -> dict:
         if (name, namespace) not in self.node.get_node_names_and_namespaces():
