@@ -497,3 +497,57 @@ def test_partial_attention_merge_equals_attention_over_the_union():
 def test_kv_splits_fill_the_gpu(queries, heads, head_dim, sms, splits):
     from lingbot_ros.cache.attention_flashinfer import kv_splits_for
     assert kv_splits_for(queries, heads, head_dim, sms) == splits
+
+
+# ---- take_over (a window switch prepared in a small cache) ----------------------------------
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn])
+@pytest.mark.parametrize("frames, non_keyframe", [(1, False), (3, False), (3, True), (4, False)])
+def test_a_cache_that_takes_another_over_continues_as_the_other_would(frames, non_keyframe, kv_dtype):
+    """A small cache (window 2, no deferral pages) runs a phase-1 step and single frames; a large
+    one (window 5, deferral) at a later page layout takes it over: every later step, evictions
+    included, gives what the small one's own next steps give, and the small one is unchanged."""
+    dtype = torch.float32 if kv_dtype else torch.float64
+    small = PagedKVCache(tiny_spec(scale_frames=2, sliding_window=2, deferred_capacity=0, dtype=dtype,
+                                   kv_dtype=kv_dtype))
+    large = PagedKVCache(tiny_spec(scale_frames=2, sliding_window=5, deferred_capacity=3, dtype=dtype,
+                                   kv_dtype=kv_dtype))
+    reference = PagedKVCache(tiny_spec(scale_frames=2, sliding_window=5, deferred_capacity=3, dtype=dtype,
+                                       kv_dtype=kv_dtype))
+    for cache in (large, reference):   # earlier frames: the large cache's pages are reused, out of order
+        run_step(cache, 2, seed=1)
+        run_step(cache, seed=2)
+        cache.reset()
+    # Phase 1's two frames at once, then single frames (the first a non-keyframe if asked).
+    steps = [(1, True)] if frames == 1 else [(2, True)] + [(1, i > 0 or not non_keyframe) for i in range(frames - 2)]
+    for seed, (n, store) in enumerate(steps):
+        run_step(small, n, store=store, seed=10 + seed)
+        run_step(reference, n, store=store, seed=10 + seed)
+    before = small.page_census()
+    large.take_over(small)
+    assert small.page_census() == before
+    assert large.stats().frames_stored == small.stats().frames_stored == reference.stats().frames_stored
+    for seed in range(6):   # past the window: evictions and special tokens from here on
+        store = seed != 2
+        for mine, theirs in zip(run_step(large, store=store, seed=50 + seed), run_step(reference, store=store, seed=50 + seed)):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+    assert large.stats() == reference.stats()
+
+
+def test_take_over_refuses_before_any_change():
+    small, large = PagedKVCache(tiny_spec(sliding_window=1)), PagedKVCache(tiny_spec(sliding_window=3))
+    run_step(large)
+    run_step(small)
+    with pytest.raises(CacheError, match="reset it first"):
+        large.take_over(small)
+    large.reset()
+    for seed in range(3):
+        run_step(small, seed=seed)     # 1 anchor + window 1: the third frame evicts one
+    census = large.page_census()
+    with pytest.raises(CacheError, match="has evicted frames"):
+        large.take_over(small)
+    assert large.page_census() == census and large.stats().frames_stored == 0
+    with pytest.raises(CacheError, match="keep anchors differently"):
+        PagedKVCache(tiny_spec(scale_frames=2)).take_over(PagedKVCache(tiny_spec()))
+    with pytest.raises(CacheError, match="pages differ"):
+        PagedKVCache(tiny_spec(head_dim=8)).take_over(PagedKVCache(tiny_spec()))

@@ -162,3 +162,75 @@ def test_saving_mid_stream_equals_ending_the_stream_there(windowed, images, tmp_
     assert (tmp_path / "live" / "map.ply").read_bytes() == (tmp_path / "ended" / "map.ply").read_bytes()
     # Saving changed nothing: the live stream goes on, its provisional frames still provisional.
     assert live._stream.windows.provisional()
+
+
+def published(outputs):
+    """What a front end gets of each output, in order: index, flags, the result's tensors."""
+    return [(o.index, o.provisional, o.is_keyframe, o.result) for o in outputs]
+
+
+def assert_same_outputs(a, b):
+    assert [x[:3] for x in a] == [y[:3] for y in b]
+    for (*_, x), (*_, y) in zip(a, b):
+        for key in ("pose_enc", "depth", "depth_conf", "extrinsic", "world_points"):
+            torch.testing.assert_close(getattr(x, key), getattr(y, key), rtol=0, atol=0, msg=key)
+
+
+@pytest.fixture
+def take_overs(monkeypatch):
+    """How many window switches took a spare session's stream over."""
+    from lingbot_ros.stream import StreamingSession
+    calls, original = [], StreamingSession.take_over
+    monkeypatch.setattr(StreamingSession, "take_over", lambda self, other: (calls.append(1), original(self, other))[1])
+    return calls
+
+
+@pytest.mark.parametrize("count, overrides", [
+    (32, {}),                                                    # 3 switches, window 10, overlap 4
+    (37, {"keyframe_interval": 2, "overlap_size": 5}),            # L = 17 frames, non-keyframes in the overlap
+])
+def test_switches_prepared_ahead_publish_the_same_outputs(windowed, images, count, overrides, take_overs):
+    plain = run_live(windowed(**overrides), frames(images, count))
+    assert not take_overs
+    mapper = windowed(window_switch_ahead=True, **overrides)
+    ahead = run_live(mapper, frames(images, count))
+    assert len(take_overs) == mapper.snapshot.window > 0          # every switch was prepared ahead
+    for mine, theirs in zip(ahead, plain):                       # new, then final
+        assert_same_outputs(published(mine), published(theirs))
+
+
+def test_a_rollback_or_a_new_window_voids_the_work_ahead_and_the_switch_runs_the_frames(windowed, images,
+                                                                                        take_overs):
+    inputs = frames(images, 30)
+
+    def drive(mapper):
+        new = []
+        for i, frame in enumerate(inputs):
+            new += mapper.process(frame).new
+            if i == 7:     # window 0's overlap is positions 6..9: frame 7 ran ahead already
+                mapper.rollback_last_frame()
+            if i == 17:    # window 2 (from frame 17 on) asks for the next one at frame 18
+                mapper.new_window()
+        return published(new + mapper.finish().final)
+
+    plain = drive(windowed())
+    assert not take_overs
+    mapper = windowed(window_switch_ahead=True)
+    assert_same_outputs(drive(mapper), plain)
+    # Switches at frames 11 (a frame run ahead was rolled back), 17 (prepared ahead), 18 (asked
+    # early, nothing ahead) and 24 (prepared ahead).
+    assert (mapper.snapshot.window, len(take_overs)) == (4, 2)
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"keyframe_policy": "motion"}, "set keyframe_policy interval"),
+    ({"overlap_size": 2}, "shorter than phase 1"),
+    ({"window_size": 6, "overlap_size": 4}, "over half a window"),
+    ({"overlap_size": 9}, "does not fit the cache"),
+    ({"long_run_policy": "reset"}, "set long_run_policy windowed"),
+])
+def test_switches_ahead_refuse_settings_they_cannot_keep_exact(overrides, words):
+    base = dict(long_run_policy="windowed", window_size=12, overlap_size=4, num_scale_frames=3, scale_frames=3,
+                sliding_window=4, window_switch_ahead=True)
+    with pytest.raises(SettingsError, match=words):
+        MapperSettings(**{**base, **overrides})

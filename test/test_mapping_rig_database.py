@@ -127,6 +127,15 @@ def test_resume_with_a_rig_is_refused(fixture_files):
     assert not Path("/tmp/never.db").exists()
 
 
+def test_window_switches_ahead_with_a_rig_are_refused(fixture_files):
+    settings = tiny_settings(fixture_files, long_run_policy="windowed", window_size=10, overlap_size=4,
+                             window_switch_ahead=True)
+    for build in (lambda: factory.build_rig(settings, ["front", "back"]),
+                  lambda: RigMapper(settings, rig_bundle_of(settings, 2), ["front", "back"])):
+        with pytest.raises(SettingsError, match="set window_switch_ahead to false"):
+            build()
+
+
 def rig_writer(path, cameras=("a", "b"), **overrides) -> MapWriter:
     args = dict(settings={"map_voxel_size_m": 0.05}, model="test", commit_s=0.05, max_runs=0, max_mb=0.0,
                 max_poses=10**6, voxel_size=0.05, max_points=10**6, cameras=cameras,

@@ -431,3 +431,39 @@ def test_phase1_depth_head_in_chunks_equals_the_whole_batch(model, frames, monke
     whole, chunked = stream(64), stream(chunk)
     assert len(whole) == 8
     assert_same(chunked, whole, atol=1e-5)
+
+
+@pytest.mark.parametrize("interval", [1, 2])
+def test_a_session_that_takes_a_small_one_over_continues_as_it_would(model, frames, interval):
+    """The window switch prepared ahead (mapping/windows/ahead.py): a spare session whose cache
+    holds only the overlap runs phase 1 and a few frames; a used session, reset, takes it over;
+    every later frame (evictions included) gives what a session fed all frames gives."""
+    from lingbot_ros.mapping.windows.ahead import spare_session
+    settings = small(keyframe_interval=interval)
+    used, reference = StreamingSession(model, settings), StreamingSession(model, settings)
+    spare = spare_session(used, overlap=4)           # window 4 - 2 anchors: 2 frames
+    assert spare.settings == used.settings
+    run(used, frames[8:15])                          # a full earlier window: its pages go out of order
+    used.reset()
+    head, tail = frames[:4], frames[4:12]
+    expected = run(reference, head) + run(reference, tail)
+    taken = run(spare, head)
+    kv = spare.stats().kv_cache   # holds the overlap and one page for a step's new frame, no more
+    assert (kv.frames_stored, kv.free_pages) == ({1: 4, 2: 3}[interval], {1: 1, 2: 2}[interval])
+    used.take_over(spare)
+    assert used.stats().frames_seen == spare.stats().frames_seen == 4
+    assert_same(taken + run(used, tail), expected, atol=0)
+    assert used.stats().kv_cache.special_tokens > 0   # the tail evicted frames
+
+
+def test_take_over_refuses_what_it_cannot_continue(model, frames):
+    session, other = StreamingSession(model, small()), StreamingSession(model, small())
+    run(other, frames[:1])
+    with pytest.raises(ValueError, match="not finished phase 1"):
+        session.take_over(other)
+    with pytest.raises(ValueError, match="same model and settings"):
+        session.take_over(StreamingSession(model, small(keyframe_interval=2)))
+    run(session, frames[:3])
+    run(other, frames[1:2])
+    with pytest.raises(ValueError, match="reset"):
+        session.take_over(other)

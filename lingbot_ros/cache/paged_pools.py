@@ -135,6 +135,17 @@ class PagedPools:
             for pool in self._pools:
                 raw(pool).index_fill_(0, index, 0)
 
+    def _copy_pages(self, other: "PagedPools", source: list[int], target: list[int]) -> None:
+        """Every layer's pages ``source`` of ``other``'s pools into pages ``target`` of these."""
+        if not source:
+            return
+        device = self.spec.device
+        src = torch.tensor(source, dtype=torch.int64, device=other.spec.device)
+        dst = torch.tensor(target, dtype=torch.int64, device=device)
+        with torch.inference_mode():   # as _zero: the pools may be inference tensors
+            for mine, theirs in zip(self._pools, other._pools):
+                raw(mine).index_copy_(0, dst, raw(theirs).index_select(0, src).to(device))
+
     def _plan(self, requests: list[StreamRequest]) -> StepTable:
         """Page table and index tensors of the step: one upload, then the backend's plan."""
         spec = self.spec
@@ -276,6 +287,16 @@ class StreamVerbs:
 
     def stats(self) -> CacheStats:
         return self._pages.stats()
+
+    def take_over(self, other: "StreamVerbs") -> None:
+        """This empty stream continues where ``other`` (a cache of the same page shape, whose
+        stream has evicted nothing) stands: its frames' pages are copied into this stream's, so
+        the next step's outputs are the ones ``other``'s next step would give. A window switch
+        prepared in a small cache beside a full one takes this way (stream/session.py).
+        CacheError, having changed nothing, where it cannot (StreamPages.take_over)."""
+        source, target = self._pages.take_over(other._pages)
+        self._host._copy_pages(other._host, source, target)
+        self._host._step = None
 
     def page_census(self) -> dict[str, list[int]]:
         """Owner of every page of the stream (each appears exactly once), for checks and diagnostics."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import CacheExhausted
+from .errors import CacheError, CacheExhausted
 from .page_pool import PagePool
-from .patch_stream import Eviction, PatchStream
+from .patch_stream import Eviction, Frame, PatchStream
 from .spec import CacheSpec
 from .special_stream import SpecialStream
 
@@ -145,6 +145,35 @@ class StreamPages:
         pages = self.patch.take_pending()
         self.pool.free(pages)
         return len(pages)
+
+    def take_over(self, other: "StreamPages") -> tuple[list[int], list[int]]:
+        """Hold what ``other`` holds, as page ids of this stream: (other's pages, this stream's
+        pages), in the same order, for the caller to copy. Only between an empty stream and one
+        that has evicted nothing (no special tokens, nothing pending) and fits this stream's
+        anchors and window; CacheError, having changed nothing, otherwise."""
+        mine, theirs = self.spec, other.spec
+        why = ("this stream holds frames (reset it first)" if self.num_stored or self.patch.pending
+               or self.special.num_tokens else
+               "the other stream has evicted frames (special tokens or pending pages)"
+               if other.patch.pending or other.special.num_tokens else
+               "the caches' pages differ (layers, tokens per frame, heads, head size or dtype)"
+               if (mine.num_layers, mine.tokens_per_frame, mine.num_heads, mine.head_dim, mine.storage_dtype)
+               != (theirs.num_layers, theirs.tokens_per_frame, theirs.num_heads, theirs.head_dim,
+                   theirs.storage_dtype) else
+               "the caches keep anchors differently (scale_frames, include_scale_frames)"
+               if (mine.scale_frames, mine.include_scale_frames) != (theirs.scale_frames, theirs.include_scale_frames)
+               else f"the other stream holds {other.num_stored} frames, more than this one keeps whole "
+                    f"({mine.scale_frames + mine.sliding_window})"
+               if other.num_stored > mine.scale_frames + mine.sliding_window else "")
+        if why:
+            raise CacheError(f"cannot take the other stream's frames over: {why}")
+        frames = list(other.patch.anchors) + list(other.patch.window)
+        pages = self.pool.allocate(len(frames))
+        for frame, page in zip(frames, pages):
+            anchors = len(self.patch.anchors) < len(other.patch.anchors)
+            (self.patch.anchors if anchors else self.patch.window).append(Frame(frame.seq, page))
+        self.patch.next_seq = other.patch.next_seq
+        return [frame.page for frame in frames], pages
 
     def reset(self) -> None:
         """Empty; the special pages stay this stream's."""

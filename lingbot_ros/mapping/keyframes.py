@@ -71,3 +71,19 @@ class MotionPolicy:
         if not in_phase2:
             return KEEP
         return FLUSH if moved else ROLLBACK
+
+
+def policy_step(session, motion: MotionPolicy | None, image, rgb: np.ndarray, in_phase2: bool) -> tuple[list, str]:
+    """``session.step(image)`` under the keyframe policy: the interval rule (the session's own;
+    KEEP), or ``motion``, which has the session store the frame (deferred evictions keep the
+    rollback exact), then keeps it and flushes if the view moved enough, or rolls it back.
+    Returns the session's results and the decision."""
+    if motion is None:
+        return session.step(image), KEEP
+    results = session.step(image, keyframe=True)
+    decision = motion.decide(rgb, in_phase2)
+    if decision == FLUSH:
+        session.flush()
+    elif decision == ROLLBACK:
+        session.rollback_last_frame()
+    return results, decision

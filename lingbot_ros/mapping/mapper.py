@@ -44,7 +44,7 @@ from .database.recorder import MapRecorder, open_recorder
 from .database.resume import load_resumed
 from .factory import SessionBundle
 from .files.staged_files import StagedFiles
-from .keyframes import FLUSH, KEEP, ROLLBACK
+from .keyframes import KEEP, ROLLBACK, policy_step
 from .long_run import make_long_run_policy
 from .map_reads import MapReads
 from .outputs import output_of
@@ -60,6 +60,7 @@ from .status import MapperStatus, init_text, snapshot, tracking_text
 from .store.map_store import MapStore
 from .store.trajectory import StampedPose, Trajectory
 from .streams import StreamState, Streams
+from .windows.ahead import SwitchAhead
 from .windows.live import Pending
 from .warmup_size import WarmupSize, run_warmup, warmup_size
 
@@ -70,6 +71,7 @@ class Mapper:
         self.settings = settings
         self.bundle = bundle
         self.session = bundle.session
+        self._ahead = SwitchAhead(settings, self.session)   # window_switch_ahead's spare session
         self.preprocessor = bundle.preprocessor
         self.long_run = make_long_run_policy(settings)
         self.robot = RobotFrames(settings, odometry)   # odometry: a rig's cameras share one robot's
@@ -127,6 +129,7 @@ class Mapper:
         start = time.perf_counter()
         self._warmed = size or warmup_size(self.settings)
         run_warmup(self.session, self.preprocessor, self._warmed)
+        self._ahead.warm_up(self.preprocessor, self._warmed)
         self._publish_snapshot()
         return time.perf_counter() - start
 
@@ -204,6 +207,7 @@ class Mapper:
         before = self.session.usage().frames_stored
         self.session.rollback_last_frame()        # refuses before changing anything
         index = self._stream.rolled_back()
+        self._ahead.forget(index)
         if index is None:                          # a buffered phase-1 frame was dropped
             self._enter(INITIALISING, self._init_text())
             self._publish_snapshot()
@@ -305,9 +309,9 @@ class Mapper:
 
     # -- the frame path --------------------------------------------------------------------------
 
-    def _run(self, outcome: StepOutcome, pending: Pending) -> None:
-        """Give one frame to the session and place whatever results come back."""
-        session, state = self.session, self._stream
+    def _run(self, outcome: StepOutcome, pending: Pending, ready: list | None = None) -> None:
+        """Give one frame to the session (``ready``: its results, run ahead) and place what comes back."""
+        state = self._stream
         run = state.run
         in_phase2 = run.has_results
         if state.windows is not None:
@@ -315,19 +319,14 @@ class Mapper:
         run.give(pending)
         start = time.perf_counter()
         with torch.inference_mode():
-            # Motion policy: store the frame (deferred eviction keeps the rollback exact), then
-            # the policy keeps it and flushes if the view moved enough, or rolls it back.
-            results = session.step(pending.image, keyframe=True if run.motion is not None else None)
-            decision = run.motion.decide(pending.frame.rgb, in_phase2) if run.motion is not None else KEEP
-            if decision == FLUSH:
-                session.flush()
-            elif decision == ROLLBACK:
-                session.rollback_last_frame()
-            self._store.release()   # the map thread works while this one waits (store/map_builder.py)
-            if pending.image.is_cuda:
-                # The step only queues GPU work; the model time ends when the outputs are ready
-                # (they are copied to the host next anyway).
-                torch.cuda.current_stream(pending.image.device).synchronize()
+            if ready is not None:   # run ahead of its window's switch (the interval policy: kept)
+                results, decision = ready, KEEP
+            else:
+                results, decision = policy_step(self.session, run.motion, pending.image, pending.frame.rgb, in_phase2)
+                self._store.release()   # the map thread works while this one waits (store/map_builder.py)
+                if pending.image.is_cuda:
+                    # The step only queues GPU work: the model time ends when its outputs are ready.
+                    torch.cuda.current_stream(pending.image.device).synchronize()
         self._status = replace(self._status, model_ms=self._status.model_ms + (time.perf_counter() - start) * 1e3)
         if not results:
             self._enter(INITIALISING, self._init_text())
@@ -336,6 +335,7 @@ class Mapper:
         if in_phase2 and kept and results[0].is_keyframe:
             run.stored.append(pending.index)      # not the image: no tensor is kept
         self._place(outcome, results, keyframe_kept=kept)
+        outcome.notices += self._ahead.take(pending)   # after the placing: the pose waits for no spare work
 
     def _place(self, outcome: StepOutcome, results, keyframe_kept: bool = True) -> None:
         """Session results, one per awaiting frame in order -> placed outputs."""
@@ -398,10 +398,9 @@ class Mapper:
 
     def _switch_window(self, outcome: StepOutcome) -> None:
         """The current window is full: a new session run starts from its last ``ov`` frames."""
-        with torch.inference_mode():
-            self.session.reset()
-        for pending in self._streams.window_switch(self._stream):
-            self._run(outcome, pending)
+        rerun = self._streams.window_switch(self._stream)
+        for pending, results in zip(rerun, self._ahead.start_window(rerun, self.session)):
+            self._run(outcome, pending, results)
 
     def _end_stream(self, outcome: StepOutcome, reason: str, keep_map: bool, lost: bool = False) -> None:
         """The one way a stream ends (reset, restart, failure) and the next one starts. Buffered
@@ -410,6 +409,7 @@ class Mapper:
         stream kept at its own scale (store/map_store.py); otherwise both are cleared."""
         self._close(outcome, lost)
         self.session.reset()
+        self._ahead.discard(until_switch=False)
         self._stream, cleared = self._streams.restarted(self._stream, keep_map)
         # The odometry buffer stays: the frames still queued need theirs (the front end clears it
         # when odometry stamps go back, as a looped bag's do).

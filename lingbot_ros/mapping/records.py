@@ -82,11 +82,12 @@ class MapperOutput:
 class Notice:
     """Something a front end should tell its user (the Mapper itself never logs to a user)."""
 
-    kind: str                  # RESTART, REJECTED, FAILED, BOUND, WARMUP
+    kind: str                  # RESTART, REJECTED, FAILED, BOUND, WARMUP, FALLBACK
     text: str
 
 
 RESTART, REJECTED, FAILED, BOUND, WARMUP = "restart", "rejected", "failed", "bound", "warm-up"
+FALLBACK = "fallback"   # a faster way of doing something gave up; the plain way does it (same outputs)
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@ import dataclasses
 from .placement.metric_scale import pairs_fit
 from .settings import LIVE, MAX_CACHE_FRAMES, MapperSettings, parse_image_size
 from .warmup_size import image_size_error
+from .windows.ahead import ahead_refusal
 
 
 def cross_field_errors(settings: MapperSettings) -> list[str]:
@@ -35,6 +36,8 @@ def cross_field_errors(settings: MapperSettings) -> list[str]:
             errors.append(f"the windowed policy's overlap ({layout.overlap} frames) must be shorter than "
                           f"a window ({layout.window_frames} frames): lower overlap_size / "
                           "overlap_keyframes or raise window_size")
+    if s.window_switch_ahead and ahead_refusal(s):
+        errors.append(f"'window_switch_ahead' is true but {ahead_refusal(s)} (or set it false)")
     size = parse_image_size(s.warmup_image_size)
     if size is not None:
         error = image_size_error(*size, s.image_width)

@@ -86,6 +86,22 @@ class CameraKVCache:
             self.k.zero_()
             self.v.zero_()
 
+    def take_over(self, other: "CameraKVCache") -> None:
+        """This empty cache holds ``other``'s stored frames (copied; the capacity grows only if
+        they do not fit). ValueError, having changed nothing, when this one holds frames or the
+        caches differ in layout."""
+        if self.length:
+            raise ValueError("the camera cache holds frames; reset it before taking another's over")
+        if (self.k.shape[0], *self.k.shape[2:], self.k.dtype) != (other.k.shape[0], *other.k.shape[2:], other.k.dtype):
+            raise ValueError("camera caches of different layouts (caches, heads, head size or dtype)")
+        n = other.length
+        if n > self.capacity:
+            self._grow(n)
+        with torch.inference_mode():   # as reset: the buffers may be inference tensors
+            self.k[:, :n] = other.k[:, :n]
+            self.v[:, :n] = other.v[:, :n]
+        self.length = self._end = n
+
     def nbytes(self) -> int:
         """Bytes allocated (K and V, all caches, the whole capacity)."""
         return 2 * self.k.numel() * self.k.element_size()

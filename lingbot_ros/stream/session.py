@@ -172,6 +172,29 @@ class StreamingSession:
         self._stored = 0           # frames appended to the caches = next 3D-RoPE time index
         self._warned_rope_range = False
 
+    def take_over(self, other: "StreamingSession") -> None:
+        """Continue ``other``'s stream (a session of the same model and settings, past phase 1,
+        whose cache has evicted nothing): its cached frames, camera cache and counters are copied
+        into this session's buffers, which must hold no frames (reset() first). The next frames
+        then give the outputs ``other`` would give them; ``other`` is left as it was. The
+        windowed policy runs the next window's first frames this way, in a small spare session
+        ahead of the switch (mapping/windows/ahead.py). ValueError or CacheError, having changed
+        nothing, where it cannot."""
+        if other.model is not self.model or other.settings != self.settings:
+            raise ValueError("take_over needs a session of the same model and settings")
+        if self.holds_frames:
+            raise ValueError("this session holds frames; reset() before taking another stream over")
+        if not other._phase1_done or other._buffer:
+            raise ValueError("the other session has not finished phase 1")
+        if other._image_hw != self._image_hw:
+            self._image_hw = other._image_hw
+            self.drop_global_cache()
+        self._global_cache().take_over(other._cache)
+        self._camera.take_over(other._camera)
+        self._phase1_done, self._phase1_frames = True, other._phase1_frames
+        self._frames_seen, self._stored = other._frames_seen, other._stored
+        self._warned_rope_range = other._warned_rope_range
+
     def stats(self) -> SessionStats:
         graph = self._graph
         return SessionStats(

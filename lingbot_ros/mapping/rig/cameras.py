@@ -25,6 +25,9 @@ def check_cameras(cameras: Sequence[str], primary: str | None = None) -> tuple[t
 
 def check_rig_settings(settings) -> None:
     """What a rig refuses of the mapping settings (MapperSettings), with what to change."""
+    if settings.window_switch_ahead:
+        raise SettingsError("window_switch_ahead is set but a rig's cameras step together in one batched call, "
+                            "which has no spare session yet: set window_switch_ahead to false")
     if settings.resume:
         raise SettingsError("resume is set but a rig of several cameras cannot continue a stored run yet: set "
                             "resume to false (a new rig run starts in the map database; lingbot-ros-offline: "
