@@ -8,13 +8,17 @@ architecture (speed and memory only), a synthetic smooth image sequence cycled.
 
     python bench/long_run_gpu.py                                   # 20,000 frames, live defaults
     python bench/long_run_gpu.py --frames 3000 --window-size 64 --overlap-size 16
+    python bench/long_run_gpu.py --frames 3000 --window-switch-ahead   # the overlap run ahead of each switch
     python bench/long_run_gpu.py --preset tiny --device cpu --image-size 112x84 --frames 60 \\
         --window-size 10 --overlap-size 4 --num-scale-frames 3 --scale-frames 3 --sliding-window 4  # smoke
 
 Frame time = ``Mapper.process`` wall time (it waits for the device before placing the outputs).
 Writes per-frame times (.npy), a summary (.json) and a plot of the frame times with the window
 switches marked (frame_times.png, bench/plots.py) to --out, and prints the summary table. A
-"switch" frame is one that started a window: its time includes the re-run of the overlap.
+"switch" frame is one that started a window: its time includes the re-run of the overlap (with
+--window-switch-ahead, only the copy of the overlap's pages). The "overlap" frames are the ov
+frames before each switch: with --window-switch-ahead each also runs in the spare session
+(the one that completes the overlap's phase-1 batch runs phase 1 there).
 """
 from __future__ import annotations
 
@@ -69,6 +73,8 @@ def main(argv=None) -> int:
     parser.add_argument("--image-width", type=int, default=defaults.image_width)
     parser.add_argument("--kv-cache-dtype", default=defaults.kv_cache_dtype,
                         help="the global cache's K/V storage (kv_cache_dtype): auto (bf16 on CUDA) or fp8")
+    parser.add_argument("--window-switch-ahead", action="store_true",
+                        help="window_switch_ahead: run each next window's overlap ahead in a spare session")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("long_run_gpu.py: needs CUDA (or --device cpu with --preset tiny)", file=sys.stderr)
@@ -78,7 +84,8 @@ def main(argv=None) -> int:
         defaults, model_config=args.preset, device=args.device, image_width=args.image_width,
         warmup_image_size=args.image_size, long_run_policy=args.long_run_policy, window_size=args.window_size,
         overlap_size=args.overlap_size, num_scale_frames=args.num_scale_frames, scale_frames=args.scale_frames,
-        sliding_window=args.sliding_window, kv_cache_dtype=args.kv_cache_dtype)
+        sliding_window=args.sliding_window, kv_cache_dtype=args.kv_cache_dtype,
+        window_switch_ahead=args.window_switch_ahead)
     start = time.perf_counter()
     bundle = factory.build(settings)
     mapper = Mapper(settings, bundle)
@@ -119,6 +126,9 @@ def main(argv=None) -> int:
     switch[1:] = windows[1:] != windows[:-1]
     steady = ~switch
     n = args.frames
+    overlap = np.zeros(n, bool)   # the ov frames before each switch (run ahead with --window-switch-ahead)
+    for s in np.flatnonzero(switch):
+        overlap[max(0, s - settings.window_rule().overlap):s] = True
     summary = {
         "command": " ".join(sys.argv), "device": torch.cuda.get_device_name() if cuda else "cpu",
         "torch": torch.__version__, "description": bundle.description, "build_s": build_s, "warmup_s": warmup_s,
@@ -139,6 +149,9 @@ def main(argv=None) -> int:
         "switches": int(switch.sum()),
         "switch_ms_median": float(np.median(times[switch])) if switch.any() else float("nan"),
         "switch_ms_max": float(times[switch].max()) if switch.any() else float("nan"),
+        "window_switch_ahead": settings.window_switch_ahead,
+        "overlap_ms_median": float(np.median(times[overlap])) if overlap.any() else float("nan"),
+        "overlap_ms_max": float(times[overlap].max()) if overlap.any() else float("nan"),
         "memory_allocated_at": memory_at, "graph_captures_at": captures_at,
         # Peak allocated memory: the warm-up's, the frames that start a window (their phase 1 of
         # the overlap) and the other frames'; the run's peak is the largest (what a GPU must hold).

@@ -9,6 +9,12 @@ next frame. Per part the median over the switches, and phase 1's peak allocated 
 steady state. These are the pieces a switch spread over the frames before it must fit into
 (bench/README.md, "Target 4, worked out").
 
+The same switch prepared ahead (window_switch_ahead, mapping/windows/ahead.py): before each
+switch a spare session (its cache the overlap's size) runs the overlap while the live session is
+full (its phase 1, each later frame: what the frames before the switch carry), then the reset
+live session takes the spare's stream over (the copy of the overlap's pages: what the switch
+frame carries besides its own step).
+
     python bench/switch_cost.py
     python bench/switch_cost.py --preset tiny --device cpu --height 28 --width 42 --steady 12 --switches 2 \\
         --scale-frames 2 --sliding-window 3 --overlap 4      # smoke
@@ -29,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 from bench.stream_gpu import sync, synthetic_frames  # noqa: E402
 from lingbot_ros.mapping import factory  # noqa: E402
 from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
+from lingbot_ros.mapping.windows.ahead import spare_session  # noqa: E402
 
 
 def timed(device: str, fn) -> tuple[float, object]:
@@ -61,6 +68,7 @@ def main(argv=None) -> int:
     device = str(factory.resolve_device(args.device))
     model, _ = factory.load_model(settings, factory.resolve_device(args.device))
     session = factory.new_session(model, settings)
+    spare = spare_session(session, args.overlap)
     images = synthetic_frames(64, args.height, args.width, device)
     frame = itertools.cycle(images)
     cuda = device.startswith("cuda")
@@ -70,11 +78,27 @@ def main(argv=None) -> int:
         parts: dict[str, list[float]] = {"full-window step before the switch": [], "reset": [],
                                          f"phase 1 ({args.scale_frames} frames at once)": [],
                                          "a re-run (median of the switch's)": [], "re-runs, all": [],
-                                         "the next frame": [], "the whole switch": []}
-        phase1_extra_gib = []
+                                         "the next frame": [], "the whole switch": [],
+                                         "ahead: phase 1 in the spare": [], "ahead: a later frame in the spare": [],
+                                         "ahead: take-over at the switch": [], "ahead: the next frame": []}
+        phase1_extra_gib, ahead_extra_gib = [], []
         for _ in range(args.switches):
             for _ in range(args.steady // 2):
                 session.step(next(frame))
+            # Ahead: the spare runs the overlap while the live session is full (the frames it
+            # stands for are drawn again below for the switch run at once).
+            ahead = [next(frame) for _ in range(args.overlap)]
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            spare.reset()
+            for image in ahead[:args.scale_frames - 1]:
+                spare.step(image)
+            parts["ahead: phase 1 in the spare"].append(timed(device, lambda: spare.step(ahead[args.scale_frames - 1]))[0])
+            later = [timed(device, lambda image=image: spare.step(image))[0] for image in ahead[args.scale_frames:]]
+            parts["ahead: a later frame in the spare"].append(statistics.median(later) if later else 0.0)
+            if cuda:
+                ahead_extra_gib.append((torch.cuda.max_memory_allocated() - before) / 2**30)
             parts["full-window step before the switch"].append(timed(device, lambda: session.step(next(frame)))[0])
             reset_ms, _ = timed(device, session.reset)
             overlap = [next(frame) for _ in range(args.overlap)]
@@ -94,6 +118,9 @@ def main(argv=None) -> int:
             parts["re-runs, all"].append(sum(reruns))
             parts["the next frame"].append(next_ms)
             parts["the whole switch"].append(reset_ms + phase1_ms + sum(reruns) + next_ms)
+            session.reset()
+            parts["ahead: take-over at the switch"].append(timed(device, lambda: session.take_over(spare))[0])
+            parts["ahead: the next frame"].append(timed(device, lambda: session.step(next(frame)))[0])
     name = torch.cuda.get_device_name() if cuda else "cpu"
     print(f"| part ({name}, {args.width}x{args.height}, overlap {args.overlap}, {args.switches} switches) | "
           "median ms |\n| --- | --- |")
@@ -101,6 +128,8 @@ def main(argv=None) -> int:
         print(f"| {part} | {statistics.median(values):.1f} |")
     if phase1_extra_gib:
         print(f"| phase 1's peak above the steady state | {max(phase1_extra_gib):.2f} GiB |")
+        print(f"| ahead: the spare's peak above the full live session (its cache, phase 1) | "
+              f"{max(ahead_extra_gib):.2f} GiB |")
     return 0
 
 

@@ -55,6 +55,33 @@ def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
         torch.testing.assert_close(live.result.depth, ref.result.depth, atol=1e-3, rtol=1e-3)
 
 
+def test_switches_prepared_ahead_on_the_gpu_replay_the_graphs_and_publish_the_same():
+    """window_switch_ahead on the GPU: the spare session's own graphs, the overlap's pages copied
+    into the live cache at each switch (its graph stays valid: no capture after window 0), and
+    the outputs of the switches run at once."""
+    rng = np.random.default_rng(4)
+    images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(90)]
+
+    def run(ahead: bool):
+        settings = gpu_settings(window_switch_ahead=ahead)
+        mapper = Mapper(settings, factory.build(settings))
+        mapper.warm_up()
+        new, captures = [], []
+        for i, rgb in enumerate(images):
+            new += mapper.process(InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8)).new
+            captures.append(mapper.session.stats().graph_captures)
+        return new + mapper.finish().final, captures, mapper.snapshot.window
+
+    plain, _, windows = run(False)
+    ahead, captures, ahead_windows = run(True)
+    assert windows == ahead_windows == 3
+    assert captures[-1] == captures[30], captures
+    assert [(o.index, o.provisional) for o in ahead] == [(o.index, o.provisional) for o in plain]
+    for mine, theirs in zip(ahead, plain):
+        for key in ("pose_enc", "depth", "world_points"):
+            torch.testing.assert_close(getattr(mine.result, key), getattr(theirs.result, key), atol=1e-4, rtol=1e-4)
+
+
 def test_a_run_resumed_on_the_gpu_goes_on_as_a_new_window_would(tmp_path):
     rng = np.random.default_rng(5)
     images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(60)]

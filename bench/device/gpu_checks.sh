@@ -6,7 +6,8 @@
 # (carry .gpu_ros).
 # Logs and tables go to $OUT. About 6 minutes with FlashInfer's modules prebuilt (.gpu/fi_aot.tar.xz).
 #
-# longrun: bench/long_run_gpu.py with bf16 and FP8 K/V (windowed defaults); fp8error: model_gpu.py's
+# longrun: bench/long_run_gpu.py with bf16 and FP8 K/V (windowed defaults; LONG_RUN_AHEAD=1 adds
+# each with window_switch_ahead); fp8error: model_gpu.py's
 # error table with the FP8 cache; switch: bench/switch_cost.py (a window switch part by part).
 #
 #   . bench/device/setup.sh && bash bench/device/gpu_checks.sh [dds] [startup] [tests] [raw] [compressed] [all] [longrun] [fp8error] [switch]
@@ -27,13 +28,17 @@ for step in $steps; do
       # the Mapper, bf16 and FP8 K/V; each summary (frame times, switches, peak memory) to $OUT.
       # First the depth head's phase-1 transient, 8 frames at once against one at a time.
       $PY bench/depth_head_memory.py --device cuda 2>&1 | tee "$OUT/depth_head_memory.md"
+      # LONG_RUN_AHEAD=1: with window_switch_ahead (the overlap run ahead of each switch) too.
       for dtype in ${LONG_RUN_DTYPES:-auto fp8}; do
-        timeout "${LONG_RUN_LIMIT_S:-200}" $PY bench/long_run_gpu.py --frames "${LONG_RUN_FRAMES:-2000}" \
-          --kv-cache-dtype $dtype --progress-every 500 --out /tmp/long_run_$dtype > "$OUT/long_run_$dtype.log" 2>&1
-        cp /tmp/long_run_$dtype/summary.json "$OUT/long_run_$dtype.json" 2>/dev/null
-        grep -E '^frame [0-9]+/|built in' "$OUT/long_run_$dtype.log" | tail -6
-        grep -E '"(median_1000_3000|median_last_2000|model_ms_median|max_frame_ms|frames_over_2x_median|switch_ms_median|peak_[a-z_0-9]+)"' \
-          "$OUT/long_run_$dtype.json" 2>/dev/null
+        for ahead in "" ${LONG_RUN_AHEAD:+--window-switch-ahead}; do
+          name=long_run_$dtype${ahead:+_ahead}
+          timeout "${LONG_RUN_LIMIT_S:-200}" $PY bench/long_run_gpu.py --frames "${LONG_RUN_FRAMES:-2000}" \
+            --kv-cache-dtype $dtype $ahead --progress-every 500 --out /tmp/$name > "/tmp/$name.log" 2>&1
+          cp /tmp/$name/summary.json "$OUT/$name.json" 2>/dev/null
+          grep -E '^frame [0-9]+/|built in|Error' "/tmp/$name.log" | tail -6   # logs stay: $OUT takes 8 files
+          grep -E '"(median_1000_3000|median_last_2000|model_ms_median|max_frame_ms|frames_over_2x_median|switch_ms_[a-z]+|overlap_ms_[a-z]+|peak_[a-z_0-9]+)"' \
+            "$OUT/$name.json" 2>/dev/null
+        done
       done ;;
     switch)
       # Issue 26 target 4: a window switch part by part (phase 1, each re-run, phase 1's memory).
