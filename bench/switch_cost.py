@@ -11,7 +11,7 @@ steady state. These are the pieces a switch spread over the frames before it mus
 
 The same switch prepared ahead (window_switch_ahead, mapping/windows/ahead.py): before each
 switch a spare session (its cache the overlap's size) runs the overlap while the live session is
-full (its phase 1, each later frame: what the frames before the switch carry), then the reset
+full (its phase 1 in slices, each later frame: the units the frames before the switch carry), then the reset
 live session takes the spare's stream over (the copy of the overlap's pages: what the switch
 frame carries besides its own step).
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a chec
 from bench.stream_gpu import sync, synthetic_frames  # noqa: E402
 from lingbot_ros.mapping import factory  # noqa: E402
 from lingbot_ros.mapping.settings import MapperSettings  # noqa: E402
-from lingbot_ros.mapping.windows.ahead import spare_session  # noqa: E402
+from lingbot_ros.mapping.windows.ahead import PHASE1_LAYERS_PER_SLICE, spare_session  # noqa: E402
 
 
 def timed(device: str, fn) -> tuple[float, object]:
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     model, _ = factory.load_model(settings, factory.resolve_device(args.device))
     session = factory.new_session(model, settings)
     spare = spare_session(session, args.overlap)
+    spare.scale_phase_layers = PHASE1_LAYERS_PER_SLICE   # as the Mapper's (windows/ahead.py)
     images = synthetic_frames(64, args.height, args.width, device)
     frame = itertools.cycle(images)
     cuda = device.startswith("cuda")
@@ -79,7 +80,10 @@ def main(argv=None) -> int:
                                          f"phase 1 ({args.scale_frames} frames at once)": [],
                                          "a re-run (median of the switch's)": [], "re-runs, all": [],
                                          "the next frame": [], "the whole switch": [],
-                                         "ahead: phase 1 in the spare": [], "ahead: a later frame in the spare": [],
+                                         "ahead: phase 1's batch begun (embedding, plan)": [],
+                                         f"ahead: a phase-1 slice ({PHASE1_LAYERS_PER_SLICE} layer pairs, median)": [],
+                                         "ahead: phase 1's heads slice": [], "ahead: phase 1 in slices, all": [],
+                                         "ahead: a later frame in the spare": [],
                                          "ahead: take-over at the switch": [], "ahead: the next frame": []}
         phase1_extra_gib, ahead_extra_gib = [], []
         for _ in range(args.switches):
@@ -94,7 +98,15 @@ def main(argv=None) -> int:
             spare.reset()
             for image in ahead[:args.scale_frames - 1]:
                 spare.step(image)
-            parts["ahead: phase 1 in the spare"].append(timed(device, lambda: spare.step(ahead[args.scale_frames - 1]))[0])
+            begun, _ = timed(device, lambda: spare.step(ahead[args.scale_frames - 1]))
+            slices = []
+            while spare.scale_phase_running:
+                slices.append(timed(device, spare.advance_scale_phase)[0])
+            parts["ahead: phase 1's batch begun (embedding, plan)"].append(begun)
+            parts[f"ahead: a phase-1 slice ({PHASE1_LAYERS_PER_SLICE} layer pairs, median)"].append(
+                statistics.median(slices[:-1]))
+            parts["ahead: phase 1's heads slice"].append(slices[-1])
+            parts["ahead: phase 1 in slices, all"].append(begun + sum(slices))
             later = [timed(device, lambda image=image: spare.step(image))[0] for image in ahead[args.scale_frames:]]
             parts["ahead: a later frame in the spare"].append(statistics.median(later) if later else 0.0)
             if cuda:

@@ -234,3 +234,31 @@ def test_switches_ahead_refuse_settings_they_cannot_keep_exact(overrides, words)
                 sliding_window=4, window_switch_ahead=True)
     with pytest.raises(SettingsError, match=words):
         MapperSettings(**{**base, **overrides})
+
+
+def test_the_work_ahead_is_spread_evenly_up_to_the_switch(windowed, images, monkeypatch):
+    from lingbot_ros.mapping.windows import ahead as ahead_module
+    monkeypatch.setattr(ahead_module, "PHASE1_LAYERS_PER_SLICE", 1)     # many slices: something to spread
+    mapper = windowed(window_switch_ahead=True, window_size=12, overlap_size=5)   # L 12, ov 5, phase 1 3
+    switch_ahead = mapper._ahead          # private: what each frame carries is the point here
+    spare, work = switch_ahead.spare, []
+
+    def counted(name):
+        original = getattr(spare, name)
+
+        def call(*args, **kwargs):
+            if name == "advance_scale_phase" or spare.scale_phase_done:   # buffering is no work
+                work[-1] += 1
+            return original(*args, **kwargs)
+        return call
+    for name in ("advance_scale_phase", "step"):
+        monkeypatch.setattr(spare, name, counted(name))
+    for frame in frames(images, 13):
+        work.append(0)
+        mapper.process(frame)
+    assert mapper.snapshot.window == 1
+    units, depth = switch_ahead.units, len(spare.model.aggregator.frame_blocks)
+    assert units == depth + 1 + 5 - 3
+    # Frames 9 (phase 1's batch complete), 10, 11 and the switch frame 12 share the units evenly.
+    assert work[:9] == [0] * 9 and sum(work) == units
+    assert max(work) - min(work[9:]) <= 1, work

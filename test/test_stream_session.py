@@ -467,3 +467,33 @@ def test_take_over_refuses_what_it_cannot_continue(model, frames):
     run(other, frames[1:2])
     with pytest.raises(ValueError, match="reset"):
         session.take_over(other)
+
+
+@pytest.mark.parametrize("layers", [1, 3, 100])
+def test_phase1_in_slices_equals_phase1_at_once(model, frames, layers):
+    """scale_phase_layers: the batch's layers a few at a time (then the heads), each slice its own
+    call; results and every later frame equal phase 1 run at once."""
+    reference, sliced = StreamingSession(model, small()), StreamingSession(model, small())
+    sliced.scale_phase_layers = layers
+    expected = run(reference, frames[:8])
+    assert sliced.step(frames[0]) == [] and sliced.step(frames[1]) == []
+    assert sliced.scale_phase_running
+    with pytest.raises(RuntimeError, match="advance_scale_phase"):
+        sliced.step(frames[2])
+    calls, results = 0, []
+    while not results:
+        results, calls = sliced.advance_scale_phase(), calls + 1
+    depth = len(model.aggregator.frame_blocks)
+    assert calls == -(-depth // layers) + 1 and not sliced.scale_phase_running
+    assert_same(results + run(sliced, frames[2:8]), expected, atol=0)
+
+
+def test_a_reset_drops_phase1_in_slices(model, frames):
+    session = StreamingSession(model, small())
+    session.scale_phase_layers = 1
+    run(session, frames[:2])
+    session.advance_scale_phase()
+    session.reset()
+    assert not session.scale_phase_running and not session.holds_frames
+    session.scale_phase_layers = 0
+    assert_same(run(session, frames[:5]), run(StreamingSession(model, small()), frames[:5]), atol=0)

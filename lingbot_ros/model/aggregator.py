@@ -1,6 +1,7 @@
 """Aggregator (spec 4, 6, 7): patch embed, special tokens, alternating frame / global blocks."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
@@ -72,17 +73,41 @@ class Aggregator(nn.Module):
                         scale_slot: int, time_index: torch.Tensor,
                         global_attend: GlobalAttendFn) -> list[torch.Tensor]:
         """`forward` after `embed`: patches [S, N, C] of images of size image_hw (H, W)."""
+        run = self.begin(patches, image_hw, first_frame=first_frame, scale_slot=scale_slot, time_index=time_index)
+        self.run_layers(run, global_attend, len(self.frame_blocks))
+        return run.outputs
+
+    def begin(self, patches: torch.Tensor, image_hw: tuple[int, int], *, first_frame: bool, scale_slot: int,
+              time_index: torch.Tensor) -> "AggregatorRun":
+        """A run of the layers that `run_layers` takes a few at a time (a call cut into slices, whose
+        outputs equal those of one `forward_patches`)."""
         S = patches.shape[0]
         h, w = image_hw[0] // self.patch_size, image_hw[1] // self.patch_size
         x = torch.cat([self.special_tokens(S, first_frame, scale_slot), patches], dim=1)  # [S, P, C]
         rope_frame = self.rope2d(h, w, patches.device)
         # Without 3D RoPE the global blocks reuse the 2D positions (no temporal information).
         rope_global = self.rope3d(time_index, h, w) if self.rope3d is not None else rope_frame
-        outputs = []
-        for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks, self.global_blocks)):
-            x = frame_block(x, rope_frame)
+        return AggregatorRun(x, rope_frame, rope_global)
+
+    def run_layers(self, run: "AggregatorRun", global_attend: GlobalAttendFn, count: int) -> bool:
+        """The next ``count`` frame/global layer pairs of ``run``; whether all have run."""
+        stop = min(run.next_layer + count, len(self.frame_blocks))
+        for i in range(run.next_layer, stop):
+            x = self.frame_blocks[i](run.x, run.rope_frame)
             frame_out = x
-            x = global_block(x, rope_global, partial(global_attend, i))
+            run.x = self.global_blocks[i](x, run.rope_global, partial(global_attend, i))
             if i in self.selected_layers:
-                outputs.append(torch.cat([frame_out, x], dim=-1))              # frame first, then global
-        return outputs
+                run.outputs.append(torch.cat([frame_out, run.x], dim=-1))      # frame first, then global
+        run.next_layer = stop
+        return stop == len(self.frame_blocks)
+
+
+@dataclass
+class AggregatorRun:
+    """An aggregator call between its layers: the tokens, the positions, the selected outputs."""
+
+    x: torch.Tensor                       # [S, P, C] after the layers run so far
+    rope_frame: object
+    rope_global: object
+    outputs: list[torch.Tensor] = field(default_factory=list)   # the selected layers' [S, P, 2C]
+    next_layer: int = 0

@@ -11,11 +11,12 @@ Neither syncs with the host or changes host state, so a CUDA graph can capture b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Union
 
 import torch
 
-from ..model.aggregator import GlobalAttendFn
+from ..model.aggregator import AggregatorRun, GlobalAttendFn
 from ..model.camera_cache import CameraCacheBatch, CameraKVCache
 from ..model.geometry import depth_to_world_points, pose_to_extrinsic, pose_to_intrinsic
 from ..model.layers import EAGER_KERNELS, BlockKernels, block_kernels, fused_halves
@@ -30,6 +31,17 @@ StepOutputs = tuple[torch.Tensor, ...]
 # Frames the depth head runs at once in a call of several (phase 1's batch, a batched step of
 # several streams): `FrameCompute._depth`.
 DEPTH_HEAD_FRAMES = 1
+
+
+@dataclasses.dataclass
+class SlicedCall:
+    """A multi-frame call between its slices (`FrameCompute.begin_sliced`)."""
+
+    run: AggregatorRun
+    num_frames: int
+    image_hw: tuple[int, int]
+    global_attend: GlobalAttendFn
+    camera: CameraKVCache
 
 
 def frame_outputs(outputs: StepOutputs, i: int) -> StepOutputs:
@@ -68,12 +80,36 @@ class FrameCompute:
 
         frame_steps: the call is a batch of several streams' single-frame steps (one frame of
         each), which runs the single-frame block kernels (compiled once per stream count)."""
+        with self._autocast(), self._kernels(patches.shape[0], frame_steps):
+            outputs = self.model.aggregator.forward_patches(
+                patches, image_hw, first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
+                global_attend=global_attend)
+        return self._heads(outputs, image_hw, camera)
+
+    def begin_sliced(self, patches: torch.Tensor, image_hw: tuple[int, int], time_index: torch.Tensor,
+                     first_frame: bool, scale_slot: int, global_attend: GlobalAttendFn,
+                     camera: CameraKVCache) -> SlicedCall:
+        """`forward` cut into slices that `advance` runs one at a time (the caller's caches stay in
+        this call's step meanwhile): the same outputs, the device work spread over several calls."""
+        with self._autocast(), self._kernels(patches.shape[0], False):
+            run = self.model.aggregator.begin(patches, image_hw, first_frame=first_frame, scale_slot=scale_slot,
+                                              time_index=time_index)
+        return SlicedCall(run, patches.shape[0], image_hw, global_attend, camera)
+
+    def advance(self, call: SlicedCall, layers: int) -> StepOutputs | None:
+        """The next ``layers`` frame/global layer pairs of ``call``; once all have run, the heads
+        (a slice of their own) and the call's `StepOutputs`."""
+        if call.run.next_layer < len(self.model.aggregator.frame_blocks):
+            with self._autocast(), self._kernels(call.num_frames, False):
+                self.model.aggregator.run_layers(call.run, call.global_attend, layers)
+            return None
+        return self._heads(call.run.outputs, call.image_hw, call.camera)
+
+    def _heads(self, outputs: list[torch.Tensor], image_hw: tuple[int, int],
+               camera: Union[CameraKVCache, CameraCacheBatch]) -> StepOutputs:
+        """The camera and depth heads over the aggregator's selected layers, then the geometry."""
         H, W = image_hw
         m = self.model
-        with self._autocast(), self._kernels(patches.shape[0], frame_steps):
-            outputs = m.aggregator.forward_patches(
-                patches, (H, W), first_frame=first_frame, scale_slot=scale_slot, time_index=time_index,
-                global_attend=global_attend)
         # The heads run in fp32.
         poses = m.camera_head(outputs[-1][:, 0].float(), camera, self.camera_num_iterations)
         depth, depth_conf = self._depth(outputs, H, W)                           # [F, H, W, 1], [F, H, W]

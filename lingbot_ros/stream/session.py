@@ -14,7 +14,7 @@ import torch
 from ..cache import (CacheExhausted, CacheSpec, CacheStats, NothingToRollback, PagedKVCache, PartialAttention,
                      StreamCacheView)
 from ..model.lingbot_map import LingBotMap
-from .frame_compute import FrameCompute, StepOutputs
+from .frame_compute import FrameCompute, SlicedCall, StepOutputs
 from .frame_graph import FrameGraph
 from .results import FrameResult
 from .settings import StreamSettings
@@ -86,6 +86,9 @@ class StreamingSession:
         self._cache: Optional[GlobalCache] = None
         self._graph: Optional[FrameGraph] = None   # phase-2 frame step, built with the cache
         self._image_hw: Optional[tuple[int, int]] = None
+        # Phase 1 in slices of this many layer pairs, each run by advance_scale_phase() (0: at
+        # once, in the step that completes the batch). Settable between streams.
+        self.scale_phase_layers = 0
         self.reset()
 
     # ---- public verbs --------------------------------------------------------------------------
@@ -97,9 +100,14 @@ class StreamingSession:
         policy). Phase-1 frames are always stored.
         """
         image = self.check_frame(image)
+        if self._sliced is not None:
+            raise RuntimeError("phase 1 is running in slices: call advance_scale_phase() until it returns its results")
         if not self._phase1_done:
             self._buffer.append(image)
             if len(self._buffer) < self.settings.num_scale_frames:
+                return []
+            if self.scale_phase_layers:
+                self._begin_sliced_scale_phase()
                 return []
             return self.close_scale_phase()
         return self._run(image[None], store=self._keyframe(keyframe), first_frame=False, scale_slot=1)
@@ -111,8 +119,31 @@ class StreamingSession:
             keyframe = K <= 1 or (self._frames_seen - self._phase1_frames) % K == 0
         return bool(keyframe)
 
+    @property
+    def scale_phase_running(self) -> bool:
+        """Whether phase 1 runs in slices now (``scale_phase_layers``): advance_scale_phase() next."""
+        return self._sliced is not None
+
+    def advance_scale_phase(self) -> list[FrameResult]:
+        """The next slice of phase 1 (``scale_phase_layers`` layer pairs, or the heads at the end):
+        [] until the last, which returns the batch's results, equal to those of phase 1 at once."""
+        images, call = self._sliced
+        outputs = self._compute.advance(call, self.scale_phase_layers)
+        if outputs is None:
+            return []
+        self._sliced = None
+        results = self._results(images, True, outputs)
+        self._phase1_done, self._phase1_frames = True, len(results)
+        return results
+
     def close_scale_phase(self) -> list[FrameResult]:
-        """Run the buffered frames as the phase-1 batch now (a stream shorter than num_scale_frames)."""
+        """Run the buffered frames as the phase-1 batch now (a stream shorter than num_scale_frames;
+        phase 1 running in slices runs its remaining slices)."""
+        if self._sliced is not None:
+            results = []
+            while not results:
+                results = self.advance_scale_phase()
+            return results
         if self._phase1_done or not self._buffer:
             return []
         images = torch.stack(self._buffer)                                    # [n, 3, H, W]
@@ -149,8 +180,9 @@ class StreamingSession:
         return NOTHING_STORED
 
     def flush(self) -> None:
-        """Recycle the pages of evictions deferred so far (makes them final for rollback)."""
-        if self._cache is not None:
+        """Recycle the pages of evictions deferred so far (makes them final for rollback). Phase 1
+        running in slices defers nothing (and its cache is mid-step)."""
+        if self._cache is not None and self._sliced is None:
             self._cache.flush()
 
     def reset(self) -> None:
@@ -166,6 +198,7 @@ class StreamingSession:
             self._cache.reset()
         self._camera.reset()
         self._buffer: list[torch.Tensor] = []
+        self._sliced: Optional[tuple[torch.Tensor, SlicedCall]] = None   # phase 1 in slices: images, call
         self._phase1_done = False
         self._phase1_frames = 0
         self._frames_seen = 0      # frames with results since reset
@@ -234,7 +267,7 @@ class StreamingSession:
     @property
     def holds_frames(self) -> bool:
         """Whether the stream holds frames (run or buffered): its image size is fixed until reset()."""
-        return self._phase1_done or bool(self._buffer)
+        return self._phase1_done or bool(self._buffer) or self._sliced is not None
 
     def check_frame(self, image: torch.Tensor) -> torch.Tensor:
         """The image as `step` takes it ([3, H, W] float32 on the model's device), or FrameError
@@ -355,6 +388,20 @@ class StreamingSession:
             time_index = torch.arange(t0, t0 + F, dtype=torch.float64, device=self.device)
             outputs = self._forward(patches, time_index, first_frame=first_frame, scale_slot=scale_slot)
         return self._results(images, store, outputs)
+
+    def _begin_sliced_scale_phase(self) -> None:
+        """Phase 1's batch up to its first slice: the embedding, both caches' step, the first
+        layers' inputs (advance_scale_phase runs the rest)."""
+        images = torch.stack(self._buffer)
+        self._buffer.clear()
+        cache, F = self._global_cache(), images.shape[0]
+        patches = self._compute.embed(images)
+        self._with_deferral_room(lambda: cache.begin_step(num_frames=F, store=True))
+        self._begin_camera_step(F, True)
+        time_index = torch.arange(0, F, dtype=torch.float64, device=self.device)
+        call = self._compute.begin_sliced(patches, self._image_hw, time_index, True, 0, self._attend_global,
+                                          self._camera)
+        self._sliced = (images, call)
 
     def _begin_camera_step(self, num_frames: int, store: bool) -> None:
         """The camera cache's begin_step, after the global cache's; warns once past the RoPE range."""

@@ -5,11 +5,14 @@ A switch runs the full window's last ``ov`` frames again from a reset session (l
 on the first ``num_scale_frames`` of them at once, then the rest one by one, all on the frame that
 starts the next window (336 ms median on the H200 with the live default window, against a 35 ms
 frame: bench/README.md). Those frames are known as they arrive, so the spare session takes each
-one right after the live session's step: phase 1 runs with the overlap's ``num_scale_frames``-th
-frame, each later overlap frame costs one more single-frame step. At the switch the live session,
-reset, takes the spare's stream over (``StreamingSession.take_over`` copies the overlap's pages)
-and the held results are placed as the switch's own runs would have placed them. The outputs are
-the same: neither the spare nor the switch's runs evict a frame (``ahead_refusal``).
+one right after the live session's step and its pose. The work is phase 1 once the overlap's
+first ``num_scale_frames`` are in (cut into slices of PHASE1_LAYERS_PER_SLICE layer pairs, then
+the heads: ``StreamingSession.scale_phase_layers``), then a single-frame step for each later
+overlap frame; it is spread in even units over the frames from there to the switch frame
+included. At the switch the live session, reset, takes the spare's stream over
+(``StreamingSession.take_over`` copies the overlap's pages) and the held results are placed as
+the switch's own runs would have placed them. The outputs are the same: phase 1 in slices equals
+phase 1 at once, and neither the spare nor the switch's runs evict a frame (``ahead_refusal``).
 
 The spare's cache holds the overlap only (``spare_session``). Anything that changes the frames it
 took (a rollback of one of them, a new_window request, a restart, a failure of its step) discards
@@ -29,6 +32,10 @@ from ..warmup_size import run_warmup
 from .live import Pending
 
 log = logging.getLogger(__name__)
+
+# Layer pairs of phase 1 a frame before the switch carries at a time (the released model's 24 in
+# 6 slices, then the heads), a unit of work about the size of the later frames' single steps.
+PHASE1_LAYERS_PER_SLICE = 4
 
 
 def ahead_refusal(settings) -> str:
@@ -74,47 +81,59 @@ class SwitchAhead:
         on = settings.window_switch_ahead and isinstance(session, StreamingSession)
         layout = settings.window_rule().layout() if on else None
         self.spare = spare_session(session, layout.overlap) if on else None
+        self.window_frames = layout.window_frames if on else 0
         self.first_position = layout.window_frames - layout.overlap if on else 0   # the overlap's first: L - ov
-        self._taken: list[int] = []              # indices of the frames the spare ran, in order
-        self._results: list[list[FrameResult]] = []   # the spare's results for each
+        self.scale_frames = settings.num_scale_frames
+        if on:
+            self.spare.scale_phase_layers = PHASE1_LAYERS_PER_SLICE
+            depth = len(session.model.aggregator.frame_blocks)
+            # Units of work: phase 1's slices (the heads one more), then each later overlap frame.
+            self.units = -(-depth // PHASE1_LAYERS_PER_SLICE) + 1 + layout.overlap - settings.num_scale_frames
+        self._clear()
         self._off = False                        # discarded: nothing more until the next switch
 
     def take(self, pending: Pending) -> list[Notice]:
-        """After the live session's step of ``pending``: the spare runs it too if it is one of the
-        window's last ``ov`` frames. A notice if the spare's work had to be dropped."""
+        """After the live session's step of ``pending`` (its pose placed): the spare takes it if it
+        is one of the window's last ``ov`` frames, and does its share of the work queued so far (the
+        rest spread evenly over the frames up to the switch). A notice if its work was dropped."""
         if self.spare is None or self._off or pending.rerun or pending.position < self.first_position:
             return []
+        self._taken.append(pending.index)
+        self._queue.append(pending.image)
+        frames_left = self.window_frames - pending.position + 1   # this one to the switch frame, both included
         try:
             with torch.inference_mode():
-                results = self.spare.step(pending.image)
+                self._work(-(-(self.units - self._done) // frames_left))
         except Exception as error:   # e.g. out of memory: the switch runs the frames itself
             self.discard()
             return [Notice(FALLBACK, f"the next window's first frames could not run ahead ({type(error).__name__}: "
                                      f"{error}); its switch runs them at once")]
-        self._taken.append(pending.index)
-        self._results.append(results)
         return []
 
     def start_window(self, rerun: list[Pending], session: StreamingSession) -> list:
-        """At a switch: ``session`` reset, and where the spare ran exactly the frames ``rerun``, its
-        stream taken over. Per frame of ``rerun``, the results ``session.step`` would return for
-        it, or None where the switch runs it itself."""
+        """At a switch: ``session`` reset, and where the spare took exactly the frames ``rerun``, its
+        work finished and its stream taken over. Per frame of ``rerun``, the results ``session.step``
+        would return for it, or None where the switch runs it itself."""
         with torch.inference_mode():
             session.reset()
             ready = self.spare is not None and [p.index for p in rerun] == self._taken
             if ready:
                 try:
+                    self._work(self.units)
                     session.take_over(self.spare)
-                except (CacheError, ValueError) as error:   # changed nothing: the switch runs them
+                except (CacheError, ValueError, RuntimeError) as error:   # the switch runs them
                     log.warning("window switch prepared ahead not taken over: %s", error)
+                    session.reset()
                     ready = False
-        results = self._results if ready else [None] * len(rerun)
+        # As session.step returns them: nothing while phase 1 buffers, its batch with its last frame.
+        nsf, results = self.scale_frames, self._results
+        per_frame = [[] for _ in range(nsf - 1)] + [results[:nsf]] + [[r] for r in results[nsf:]]
         self.discard(until_switch=False)
-        return results
+        return per_frame if ready else [None] * len(rerun)
 
     def forget(self, index: int | None) -> None:
         """Frame ``index`` was rolled back (None: a buffered phase-1 frame): the spare's work is
-        void if it ran that frame."""
+        void if it took that frame."""
         if index in self._taken:
             self.discard()
 
@@ -123,10 +142,31 @@ class SwitchAhead:
         restart passes False: the next stream's first window prepares its switch as usual)."""
         if self.spare is not None:
             self.spare.reset()
-        self._taken, self._results = [], []
+        self._clear()
         self._off = until_switch
 
     def warm_up(self, preprocessor, size) -> None:
         """The spare's kernels and CUDA graph, before the first frame (warmup_size.run_warmup)."""
         if self.spare is not None:
             run_warmup(self.spare, preprocessor, size)
+
+    def _work(self, units: int) -> None:
+        """Up to ``units`` units in order: phase 1's next slice, the next queued frame's step (the
+        frames still buffering for phase 1 count for nothing)."""
+        spare = self.spare
+        while units > 0 and (self._queue or spare.scale_phase_running):
+            if spare.scale_phase_running:
+                self._results += spare.advance_scale_phase()
+            else:
+                buffering = not spare.scale_phase_done
+                self._results += spare.step(self._queue.pop(0))
+                if buffering:
+                    continue        # buffered for phase 1, or its batch begun: little device work
+            self._done += 1
+            units -= 1
+
+    def _clear(self) -> None:
+        self._taken: list[int] = []                 # indices of the frames the spare took, in order
+        self._queue: list[torch.Tensor] = []        # their images not given to the spare yet
+        self._results: list[FrameResult] = []       # the spare's results so far, in frame order
+        self._done = 0                              # units of work done
