@@ -31,17 +31,28 @@ def gpu_settings(**overrides) -> MapperSettings:
                              "warmup_image_size": "140x112", **overrides})
 
 
-def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
-    settings = gpu_settings()
-    rng = np.random.default_rng(3)
-    images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(100)]
+def random_images(seed: int, count: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(count)]
+
+
+def run_windows(settings: MapperSettings, images):
+    """A warmed-up Mapper over ``images``: it, the outputs published (new), the final ones, and
+    the session's graph captures after each frame."""
     mapper = Mapper(settings, factory.build(settings))
     mapper.warm_up()
-    final, captures = [], []
+    new, final, captures = [], [], []
     for i, rgb in enumerate(images):
-        final += mapper.process(InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8)).final
+        outcome = mapper.process(InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8))
+        new, final = new + outcome.new, final + outcome.final
         captures.append(mapper.session.stats().graph_captures)
-    final += mapper.finish().final
+    return mapper, new, final + mapper.finish().final, captures
+
+
+def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
+    settings = gpu_settings()
+    images = random_images(3, 100)
+    mapper, _, final, captures = run_windows(settings, images)
     assert mapper.snapshot.window == 3                          # windows start at 0, 26, 52, 78
     # Window 0 captures (first frame, special-stream growth); the later windows replay.
     assert captures[-1] == captures[30], captures
@@ -59,22 +70,12 @@ def test_switches_prepared_ahead_on_the_gpu_replay_the_graphs_and_publish_the_sa
     """window_switch_ahead on the GPU: the spare session's own graphs, the overlap's pages copied
     into the live cache at each switch (its graph stays valid: no capture after window 0), and
     the outputs of the switches run at once."""
-    rng = np.random.default_rng(4)
-    images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(90)]
-
-    def run(ahead: bool):
-        settings = gpu_settings(window_switch_ahead=ahead)
-        mapper = Mapper(settings, factory.build(settings))
-        mapper.warm_up()
-        new, captures = [], []
-        for i, rgb in enumerate(images):
-            new += mapper.process(InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8)).new
-            captures.append(mapper.session.stats().graph_captures)
-        return new + mapper.finish().final, captures, mapper.snapshot.window
-
-    plain, _, windows = run(False)
-    ahead, captures, ahead_windows = run(True)
-    assert windows == ahead_windows == 3
+    images = random_images(4, 90)
+    plain_mapper, new, final, _ = run_windows(gpu_settings(), images)
+    plain = new + final
+    mapper, new, final, captures = run_windows(gpu_settings(window_switch_ahead=True), images)
+    ahead = new + final
+    assert plain_mapper.snapshot.window == mapper.snapshot.window == 3
     assert captures[-1] == captures[30], captures
     assert [(o.index, o.provisional) for o in ahead] == [(o.index, o.provisional) for o in plain]
     for mine, theirs in zip(ahead, plain):
@@ -83,9 +84,7 @@ def test_switches_prepared_ahead_on_the_gpu_replay_the_graphs_and_publish_the_sa
 
 
 def test_a_run_resumed_on_the_gpu_goes_on_as_a_new_window_would(tmp_path):
-    rng = np.random.default_rng(5)
-    images = [np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)) for _ in range(60)]
-    frames = [InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8) for i, rgb in enumerate(images)]
+    frames = [InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8) for i, rgb in enumerate(random_images(5, 60))]
     stop = 37   # inside window 1 (26-55), past its phase 1
 
     def run(database: str, **overrides) -> Mapper:
@@ -123,9 +122,7 @@ def test_a_nan_computed_in_the_graphs_is_a_counted_failure_and_nothing_of_it_is_
     settings = gpu_settings(long_run_policy="none")
     mapper = Mapper(settings, factory.build(settings))
     mapper.warm_up()
-    rng = np.random.default_rng(7)
-    frames = [InputFrame(rgb=np.ascontiguousarray((rng.random((112, 140, 3)) * 255).astype(np.uint8)),
-                         stamp_ns=10**9 + i * 10**8) for i in range(12)]
+    frames = [InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8) for i, rgb in enumerate(random_images(7, 12))]
     for item in frames[:6]:
         mapper.process(item)
     points_before = len(mapper.map_points()[0])
