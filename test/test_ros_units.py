@@ -109,6 +109,8 @@ def test_default_parameters_validate_and_match_map_yaml():
     ({"keyframe_interval": 2**62}, "'keyframe_interval' must be <= 1000"),
     ({"window_size": 5000, "overlap_size": 2000}, "'overlap_size' / 'overlap_keyframes': the windowed policy's "
                                                   "overlap (2000 frames) must be at most 1024"),
+    ({"window_switch_ahead": True, "keyframe_policy": "motion"},
+     "'window_switch_ahead' is true but the motion keyframe policy decides"),
     ({"diagnostics_window_s": 86400.0}, "'diagnostics_window_s' must be <= 3600"),
     ({"min_confidence": float("nan")}, "'min_confidence' must be a finite number"),
     ({"process_all_frames": "yes"}, "'process_all_frames' must be a bool"),
