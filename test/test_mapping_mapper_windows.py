@@ -262,3 +262,34 @@ def test_the_work_ahead_is_spread_evenly_up_to_the_switch(windowed, images, monk
     # Frames 9 (phase 1's batch complete), 10, 11 and the switch frame 12 share the units evenly.
     assert work[:9] == [0] * 9 and sum(work) == units
     assert max(work) - min(work[9:]) <= 1, work
+
+
+def test_switches_ahead_after_a_resume_and_across_a_restart_publish_the_same(windowed, images, tmp_path,
+                                                                            take_overs):
+    """A run resumed from its map database (its first switch asked at once: nothing ahead), then a
+    rollback and an image-size restart (the spare starts over with the next stream)."""
+    inputs = frames(images, 40)
+    inputs[30:] = [InputFrame(rgb=np.ascontiguousarray(f.rgb[:200]), stamp_ns=f.stamp_ns) for f in inputs[30:]]
+
+    def drive(ahead: bool):
+        database = str(tmp_path / f"ahead_{ahead}.db")
+        first = windowed(window_switch_ahead=ahead, map_database=database)
+        for frame in inputs[:13]:
+            first.process(frame)
+        first.close()
+        mapper = windowed(window_switch_ahead=ahead, map_database=database, resume=True)
+        new, notices = [], []
+        for i, frame in enumerate(inputs[13:], 13):
+            outcome = mapper.process(frame)
+            new, notices = new + outcome.new, notices + [n.text for n in outcome.notices]
+            if i == 25:
+                mapper.rollback_last_frame()
+        return published(new + mapper.finish().final), notices, mapper.snapshot.window
+
+    plain, plain_notices, plain_windows = drive(False)
+    assert not take_overs
+    ahead, notices, windows = drive(True)
+    assert take_overs                       # some switches were prepared ahead
+    assert_same_outputs(ahead, plain)
+    assert notices == plain_notices and any("image size changed" in text for text in notices)
+    assert windows == plain_windows
