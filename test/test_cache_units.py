@@ -49,6 +49,7 @@ def test_released_sizes_match_the_spec():
     ("max_special_tokens", -5, "max_special_tokens must be None or an int >= 0"),
     ("dtype", torch.int32, "floating torch.dtype"),
     ("kv_dtype", torch.float16, "kv_dtype must be None"),
+    ("split_window_pages", 0, "split_window_pages must be None or a positive int"),
 ])
 def test_spec_rejects_bad_fields_saying_which(field, value, words):
     with pytest.raises(ValueError, match=words):
@@ -57,6 +58,12 @@ def test_spec_rejects_bad_fields_saying_which(field, value, words):
 
 def test_spec_normalises_device():
     assert tiny_spec(device="cpu").device == torch.device("cpu")
+
+
+def test_full_window_pages_follow_the_window_unless_given():
+    assert tiny_spec(scale_frames=2, sliding_window=3).full_window_pages == 5
+    assert tiny_spec(scale_frames=2, sliding_window=3, include_scale_frames=False).full_window_pages == 3
+    assert tiny_spec(scale_frames=2, sliding_window=1, split_window_pages=5).full_window_pages == 5
 
 
 # ---- PagePool -------------------------------------------------------------------------------

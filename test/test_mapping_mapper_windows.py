@@ -236,6 +236,17 @@ def test_switches_ahead_refuse_settings_they_cannot_keep_exact(overrides, words)
         MapperSettings(**{**base, **overrides})
 
 
+def test_the_spare_cache_holds_the_overlap_and_splits_its_attention_as_the_live_one(windowed, images):
+    mapper = windowed(window_switch_ahead=True, window_size=12, overlap_size=5)
+    for frame in frames(images, 12):   # the spare's cache is made at its first step
+        mapper.process(frame)
+    live, spare = mapper.session._cache.spec, mapper._ahead.spare._cache.spec   # private: the specs are the point
+    assert spare.scale_frames + spare.sliding_window == 5 and spare.deferred_capacity == 0
+    # FlashInfer splits a step's pages by the full window's: as the live cache, or the GPU rounds
+    # the spare's steps differently from the switch's own (bench/README.md, 2026-12-07).
+    assert spare.full_window_pages == live.full_window_pages == live.scale_frames + live.sliding_window
+
+
 def test_the_work_ahead_is_spread_evenly_up_to_the_switch(windowed, images, monkeypatch):
     from lingbot_ros.mapping.windows import ahead as ahead_module
     monkeypatch.setattr(ahead_module, "PHASE1_LAYERS_PER_SLICE", 1)     # many slices: something to spread

@@ -105,9 +105,8 @@ class FlashInferAttention:
         self._split_qo_indptr: torch.Tensor | None = None
         sms = torch.cuda.get_device_properties(spec.device).multi_processor_count
         # No more splits than the pages a full window shows: steady-state steps must qualify.
-        window_pages = spec.sliding_window + (spec.scale_frames if spec.include_scale_frames else 0)
         self.kv_splits = min(kv_splits_for(spec.tokens_per_frame, spec.num_heads, spec.head_dim, sms),
-                             window_pages)
+                             spec.full_window_pages)
         # Every request gets at least one page (FA3 does not take an empty one).
         self.min_static_pages = self.kv_splits
 

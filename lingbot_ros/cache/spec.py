@@ -36,6 +36,11 @@ class CacheSpec:
     device: torch.device | str = "cpu"
     # What the pools store K and V in: None = `dtype`, or float8 e4m3 (`kv_storage.FP8`).
     kv_dtype: torch.dtype | None = None
+    # The visible pages of a full window's step, which set how many parts a step's pages are
+    # attended in (attention_flashinfer.py): None = this cache's own window (scale_frames +
+    # sliding_window). A cache that runs part of another's stream (a spare session's) gives the
+    # other's, so that both split alike and round alike.
+    split_window_pages: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "head_dim", "tokens_per_frame", "special_tokens",
@@ -57,6 +62,9 @@ class CacheSpec:
         cap = self.max_special_tokens
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 0):
             raise ValueError(f"CacheSpec.max_special_tokens must be None or an int >= 0, got {cap!r}")
+        pages = self.split_window_pages
+        if pages is not None and (not isinstance(pages, int) or isinstance(pages, bool) or pages < 1):
+            raise ValueError(f"CacheSpec.split_window_pages must be None or a positive int, got {pages!r}")
         if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
             raise ValueError(f"CacheSpec.dtype must be a floating torch.dtype, got {self.dtype!r}")
         if self.kv_dtype not in (None, self.dtype, FP8):
@@ -77,6 +85,13 @@ class CacheSpec:
         """Pages for stored and pending frames: A + Wn stored after a step, one more while a
         step's new frame exists before its eviction is freed, plus `deferred_capacity`."""
         return self.scale_frames + self.sliding_window + 1 + self.deferred_capacity
+
+    @property
+    def full_window_pages(self) -> int:
+        """The pages a full window's single-frame step sees (`split_window_pages` where given)."""
+        if self.split_window_pages is not None:
+            return self.split_window_pages
+        return self.sliding_window + (self.scale_frames if self.include_scale_frames else 0)
 
     @property
     def scratch_page(self) -> int:

@@ -65,9 +65,11 @@ def spare_session(session: StreamingSession, overlap: int) -> StreamingSession:
     sliding window ``overlap - scale_frames``, no deferral pages, one special page): ~1.9 GB in
     bf16 for the released model at 518x378, against ~9.3 GB for the live session's."""
     def small_cache(spec):
+        # Split as the live cache does (FlashInfer), so that its steps round as the switch's would.
         window = max(1, overlap - spec.scale_frames)
         return PagedKVCache(dataclasses.replace(spec, sliding_window=min(window, spec.sliding_window),
-                                                deferred_capacity=0, special_chunk_pages=1),
+                                                deferred_capacity=0, special_chunk_pages=1,
+                                                split_window_pages=spec.full_window_pages),
                             backend=session.settings.attention_backend)
     return StreamingSession(session.model, session.settings, cache_factory=small_cache)
 
