@@ -17,7 +17,8 @@ Model and node settings map to map_node parameters: --device (device), --model-c
 (model_config: a JSON file or a preset name such as lingbot-map), --checkpoint (checkpoint; `none`
 leaves it unset = random weights), --image-width (image_width, the model input width),
 --num-scale-frames (num_scale_frames), --window (sliding_window); --param NAME:=VALUE adds any
-other parameter. --image-size WxH is the size of the published image; --node-log FILE keeps the
+other parameter (with process_all_frames:=true the images go reliable, keeping every frame, as
+that node's subscription asks). --image-size WxH is the size of the published image; --node-log FILE keeps the
 node's output (discarded by default). On the GPU machine (no ROS there: source the bundle of
 bench/ros_runtime_bundle.sh first, see bench/README.md), the released architecture with random
 weights at the deployed sizes:
@@ -124,12 +125,14 @@ def start_node(args, env) -> subprocess.Popen:
 
 
 class Probe:
-    def __init__(self, domain: int, image_size: tuple[int, int] = (640, 480), transport: str = "raw"):
+    def __init__(self, domain: int, image_size: tuple[int, int] = (640, 480), transport: str = "raw",
+                 reliable: bool = False):
         import rclpy
         from geometry_msgs.msg import PoseStamped
         from rclpy.context import Context
+        from rclpy.event_handler import PublisherEventCallbacks
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import (DurabilityPolicy, QoSProfile, ReliabilityPolicy,
+        from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                                qos_profile_sensor_data)
         from sensor_msgs.msg import CompressedImage, Image
 
@@ -139,11 +142,17 @@ class Probe:
         # args=[]: this script's own command line (e.g. --param a:=b) is not for rcl.
         rclpy.init(args=[], context=self.context, domain_id=domain)
         self.node = rclpy.create_node("node_latency_bench", context=self.context)
-        # As a camera driver publishes: best effort, keep last 1.
+        # As a camera driver publishes: best effort, keep last 1; reliable and keeping every frame
+        # for a node with process_all_frames (its subscription is reliable: a best-effort
+        # publisher would not match it).
         compressed = transport == "compressed"
+        qos = (QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE)
+               if reliable else qos_profile_sensor_data)
+        self.incompatible = ""     # the QoS policy a subscription refused this publisher for
         self.publisher = self.node.create_publisher(
             CompressedImage if compressed else Image, "/map_node/image/compressed" if compressed
-            else "/map_node/image", qos_profile_sensor_data)
+            else "/map_node/image", qos, event_callbacks=PublisherEventCallbacks(
+                incompatible_qos=lambda info: setattr(self, "incompatible", str(info.last_policy_kind))))
         self.sent_at: dict[int, float] = {}        # stamp ns -> monotonic publish time
         self.pose_at: dict[int, float] = {}        # stamp ns -> monotonic receive time
         self.model_ms: dict[int, float] = {}       # stamp ns -> model step of that frame
@@ -260,9 +269,15 @@ def describe(args) -> str:
     settings = ("" if (args.num_scale_frames, args.window) == (3, 8) else
                 f", {args.num_scale_frames} scale frames, window {args.window}")
     extra = "".join(f", {p}" for p in args.param)
+    delivery = "reliable, every frame queued" if every_frame(args) else "best effort, newest frame wins"
     return (f"map_node, {model} on {device} ({args.threads} torch thread), input width "
             f"{args.image_width}{settings}{extra}, {width}x{height} "
-            f"{'rgb8' if args.transport == 'raw' else 'JPEG (CompressedImage)'} best effort, newest frame wins")
+            f"{'rgb8' if args.transport == 'raw' else 'JPEG (CompressedImage)'} {delivery}")
+
+
+def every_frame(args) -> bool:
+    """Whether the node runs with process_all_frames (then the bench publishes reliably)."""
+    return any(p.replace(" ", "").lower() == "process_all_frames:=true" for p in args.param)
 
 
 def main() -> int:
@@ -282,10 +297,14 @@ def main() -> int:
                OMP_NUM_THREADS=str(args.threads))
     os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = env["FASTDDS_DEFAULT_PROFILES_FILE"]
     node = start_node(args, env)
-    probe = Probe(domain, args.image_size, args.transport)
+    probe = Probe(domain, args.image_size, args.transport, reliable=every_frame(args))
     try:
-        up = probe.wait(lambda: node.poll() is not None or (
+        up = probe.wait(lambda: node.poll() is not None or probe.incompatible or (
             probe.publisher.get_subscription_count() and probe.last_status), args.startup_timeout)
+        if probe.incompatible:   # else the wait above would run to its timeout
+            print(f"the node's image subscription refuses this bench's publisher ({probe.incompatible})",
+                  file=sys.stderr)
+            return 1
         if not up or node.poll() is not None:
             exited = f" (it exited with code {node.returncode})" if node.poll() is not None else ""
             print(f"the node did not come up{exited}", file=sys.stderr)
