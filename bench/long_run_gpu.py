@@ -17,8 +17,10 @@ Writes per-frame times (.npy), a summary (.json) and a plot of the frame times w
 switches marked (frame_times.png, bench/plots.py) to --out, and prints the summary table. A
 "switch" frame is one that started a window: its time includes the re-run of the overlap (with
 --window-switch-ahead, only the copy of the overlap's pages). The "overlap" frames are the ov
-frames before each switch: with --window-switch-ahead each also runs in the spare session
-(the one that completes the overlap's phase-1 batch runs phase 1 there).
+frames before each switch: with --window-switch-ahead, from the one that completes the overlap's
+phase-1 batch on, each carries a share of the spare session's work. ``before_switch_ms``: the
+median of each of those frames and of the switch frame, over the switches. --switch-parts times
+the parts of each switch frame (``switch_parts_ms``, SwitchParts).
 """
 from __future__ import annotations
 
@@ -53,6 +55,60 @@ def synthetic_images(count: int, width: int, height: int) -> list[np.ndarray]:
     return frames
 
 
+class SwitchParts:
+    """--switch-parts: where a switch frame's time goes. Each part's calls during a switch are
+    timed with the device synchronised before and after (so each holds its own device work; the
+    waits add a little), summed per switch."""
+
+    def __init__(self, cuda: bool):
+        from lingbot_ros.mapping import mapper as mapper_code, records
+        from lingbot_ros.mapping.windows import ahead, live
+        self.cuda, self.active, self.per_switch = cuda, False, []
+        self._wrap(Mapper, "_switch_window", "the whole switch (without the frame's own step)", entry=True)
+        self._wrap(ahead.SwitchAhead, "start_window", "ahead: work left and take-over")
+        self._wrap(live.LiveWindows, "_align", "alignment of the overlap")
+        self._wrap(live, "warp_frame", "warps into window 0")
+        self._wrap(mapper_code, "output_of", "outputs (host pose, checks)")
+        self._wrap(records.MapperOutput, "internal_points", "keyframe points to the host")
+
+    def _wrap(self, owner, name: str, part: str, entry: bool = False) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            if not (self.active or entry):
+                return original(*args, **kwargs)
+            if entry:
+                self.active = True
+                self.per_switch.append({})
+            self._sync()
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._sync()
+                parts = self.per_switch[-1]
+                parts[part] = parts.get(part, 0.0) + (time.perf_counter() - t0) * 1e3
+                if entry:
+                    self.active = False
+        setattr(owner, name, timed)
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def medians(self) -> dict[str, float]:
+        names = {name for parts in self.per_switch for name in parts}
+        return {name: float(np.median([parts.get(name, 0.0) for parts in self.per_switch])) for name in sorted(names)}
+
+
+def before_switch(times: np.ndarray, switch: np.ndarray, overlap: int) -> list[float]:
+    """Median over the switches of each of the ``overlap`` frames before one and of the switch frame."""
+    starts = [s for s in np.flatnonzero(switch) if s >= overlap]
+    if not starts:
+        return []
+    return [float(np.median([times[s - overlap + k] for s in starts])) for k in range(overlap + 1)]
+
+
 def segment_median(times: np.ndarray, start: int, end: int, keep: np.ndarray) -> float:
     part = times[start:end][keep[start:end]]
     return float(np.median(part)) if part.size else float("nan")
@@ -75,6 +131,8 @@ def main(argv=None) -> int:
                         help="the global cache's K/V storage (kv_cache_dtype): auto (bf16 on CUDA) or fp8")
     parser.add_argument("--window-switch-ahead", action="store_true",
                         help="window_switch_ahead: run each next window's overlap ahead in a spare session")
+    parser.add_argument("--switch-parts", action="store_true",
+                        help="time the parts of each switch frame, the device synchronised around each (SwitchParts)")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("long_run_gpu.py: needs CUDA (or --device cpu with --preset tiny)", file=sys.stderr)
@@ -91,6 +149,7 @@ def main(argv=None) -> int:
     mapper = Mapper(settings, bundle)
     build_s = time.perf_counter() - start
     warmup_s = mapper.warm_up()
+    parts = SwitchParts(args.device.startswith("cuda")) if args.switch_parts else None
     warmup_peak = torch.cuda.max_memory_allocated() if args.device.startswith("cuda") else 0
     print(f"built in {build_s:.1f} s, warm-up {warmup_s:.1f} s ({bundle.description})", flush=True)
     images = synthetic_images(300, width, height)
@@ -152,6 +211,9 @@ def main(argv=None) -> int:
         "window_switch_ahead": settings.window_switch_ahead,
         "overlap_ms_median": float(np.median(times[overlap])) if overlap.any() else float("nan"),
         "overlap_ms_max": float(times[overlap].max()) if overlap.any() else float("nan"),
+        # Median frame time by place before a switch: the ov frames before it, then the switch frame.
+        "before_switch_ms": before_switch(times, switch, settings.window_rule().overlap),
+        "switch_parts_ms": parts.medians() if parts is not None else None,
         "memory_allocated_at": memory_at, "graph_captures_at": captures_at,
         # Peak allocated memory: the warm-up's, the frames that start a window (their phase 1 of
         # the overlap) and the other frames'; the run's peak is the largest (what a GPU must hold).

@@ -11,7 +11,7 @@ steady state. These are the pieces a switch spread over the frames before it mus
 
 The same switch prepared ahead (window_switch_ahead, mapping/windows/ahead.py): before each
 switch a spare session (its cache the overlap's size) runs the overlap while the live session is
-full (its phase 1 in slices, each later frame: the units the frames before the switch carry), then the reset
+full (its phase 1 in slices, each later frame: the pieces the frames before the switch carry), then the reset
 live session takes the spare's stream over (the copy of the overlap's pages: what the switch
 frame carries besides its own step).
 

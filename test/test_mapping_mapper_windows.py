@@ -247,32 +247,27 @@ def test_the_spare_cache_holds_the_overlap_and_splits_its_attention_as_the_live_
     assert spare.full_window_pages == live.full_window_pages == live.scale_frames + live.sliding_window
 
 
-def test_the_work_ahead_is_spread_evenly_up_to_the_switch(windowed, images, monkeypatch):
+def test_the_work_ahead_is_spread_by_cost_and_done_before_the_switch_frame(windowed, images, monkeypatch):
     from lingbot_ros.mapping.windows import ahead as ahead_module
     monkeypatch.setattr(ahead_module, "PHASE1_LAYERS_PER_SLICE", 1)     # many slices: something to spread
     mapper = windowed(window_switch_ahead=True, window_size=12, overlap_size=5)   # L 12, ov 5, phase 1 3
     switch_ahead = mapper._ahead          # private: what each frame carries is the point here
-    spare, work = switch_ahead.spare, []
-
-    def counted(name):
-        original = getattr(spare, name)
-
-        def call(*args, **kwargs):
-            if name == "advance_scale_phase" or spare.scale_phase_done:   # buffering is no work
-                work[-1] += 1
-            return original(*args, **kwargs)
-        return call
-    for name in ("advance_scale_phase", "step"):
-        monkeypatch.setattr(spare, name, counted(name))
+    costs, depth = switch_ahead.costs, len(mapper.session.model.aggregator.frame_blocks)
+    assert costs == ahead_module.work_costs(3, depth, 5, 1) and len(costs) == 3 + depth + 1 + 2
+    carried, done = [], 0
     for frame in frames(images, 13):
-        work.append(0)
         mapper.process(frame)
+        carried.append(sum(costs[done:switch_ahead._done]))
+        done = switch_ahead._done
     assert mapper.snapshot.window == 1
-    units, depth = switch_ahead.units, len(spare.model.aggregator.frame_blocks)
-    assert units == depth + 1 + 5 - 3
-    # Frames 9 (phase 1's batch complete), 10, 11 and the switch frame 12 share the units evenly.
-    assert work[:9] == [0] * 9 and sum(work) == units
-    assert max(work) - min(work[9:]) <= 1, work
+    # Frames 7-11 are the overlap; 9 completes phase 1's batch. The switch frame (12) carries
+    # nothing: it places the overlap's results. Every frame from 9 on carries about an even share
+    # of what was left (at most half the largest call over it); the last one takes the rest.
+    assert carried[:9] == [0.0] * 9 and carried[12] == 0.0
+    assert sum(carried) == pytest.approx(sum(costs))
+    for position in (9, 10):
+        share = sum(carried[position:12]) / (12 - position)
+        assert carried[position] <= share + max(costs) / 2, carried
 
 
 def test_switches_ahead_after_a_resume_and_across_a_restart_publish_the_same(windowed, images, tmp_path,

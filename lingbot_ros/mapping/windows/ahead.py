@@ -8,8 +8,8 @@ frame: bench/README.md). Those frames are known as they arrive, so the spare ses
 one right after the live session's step and its pose. The work is phase 1 once the overlap's
 first ``num_scale_frames`` are in (cut into slices of PHASE1_LAYERS_PER_SLICE layer pairs, then
 the heads: ``StreamingSession.scale_phase_layers``), then a single-frame step for each later
-overlap frame; it is spread in even units over the frames from there to the switch frame
-included. At the switch the live session, reset, takes the spare's stream over
+overlap frame. It is spread by cost over the frames from there to the overlap's last, so that
+the switch frame, which places the overlap's results, carries none of it. At the switch the live session, reset, takes the spare's stream over
 (``StreamingSession.take_over`` copies the overlap's pages) and the held results are placed as
 the switch's own runs would have placed them. The outputs are the same: phase 1 in slices equals
 phase 1 at once, and neither the spare nor the switch's runs evict a frame (``ahead_refusal``).
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 import torch
 
@@ -33,9 +34,28 @@ from .live import Pending
 
 log = logging.getLogger(__name__)
 
-# Layer pairs of phase 1 a frame before the switch carries at a time (the released model's 24 in
-# 6 slices, then the heads), a unit of work about the size of the later frames' single steps.
-PHASE1_LAYERS_PER_SLICE = 4
+# Layer pairs of phase 1 in one slice (the released model's 24 in 12 slices, then the heads): a
+# piece of work small enough to even out the frames that carry it.
+PHASE1_LAYERS_PER_SLICE = 2
+
+# What the pieces cost, in ms on the H100 with the released model at 518x378 (bench/switch_cost.py,
+# bench/README.md 2026-12-07; only their ratios matter): per phase-1 frame, its share of the batch
+# begun (embedding, plan), of one layer pair and of the heads; a later overlap frame's own step.
+BEGIN_MS_PER_FRAME = 18.1 / 8
+LAYER_PAIR_MS_PER_FRAME = 14.9 / 4 / 8
+HEADS_MS_PER_FRAME = 30.4 / 8
+LATER_FRAME_MS = 16.8
+
+
+def work_costs(num_scale_frames: int, depth: int, overlap: int, layers_per_slice: int) -> list[float]:
+    """The cost of each call the spare gets before a switch, in order: a step per overlap frame
+    until phase 1's batch is complete (buffering costs nothing; the last begins the batch), phase
+    1's slices and its heads, then a step per later overlap frame."""
+    n = num_scale_frames
+    slices = [min(layers_per_slice, depth - first) * n * LAYER_PAIR_MS_PER_FRAME
+              for first in range(0, depth, layers_per_slice)]
+    return ([0.0] * (n - 1) + [n * BEGIN_MS_PER_FRAME] + slices + [n * HEADS_MS_PER_FRAME]
+            + [LATER_FRAME_MS] * (overlap - n))
 
 
 def ahead_refusal(settings) -> str:
@@ -86,26 +106,26 @@ class SwitchAhead:
         self.window_frames = layout.window_frames if on else 0
         self.first_position = layout.window_frames - layout.overlap if on else 0   # the overlap's first: L - ov
         self.scale_frames = settings.num_scale_frames
+        self.costs: list[float] = []             # each call's cost, in order (work_costs)
         if on:
             self.spare.scale_phase_layers = PHASE1_LAYERS_PER_SLICE
-            depth = len(session.model.aggregator.frame_blocks)
-            # Units of work: phase 1's slices (the heads one more), then each later overlap frame.
-            self.units = -(-depth // PHASE1_LAYERS_PER_SLICE) + 1 + layout.overlap - settings.num_scale_frames
+            self.costs = work_costs(settings.num_scale_frames, len(session.model.aggregator.frame_blocks),
+                                    layout.overlap, PHASE1_LAYERS_PER_SLICE)
         self._clear()
         self._off = False                        # discarded: nothing more until the next switch
 
     def take(self, pending: Pending) -> list[Notice]:
         """After the live session's step of ``pending`` (its pose placed): the spare takes it if it
-        is one of the window's last ``ov`` frames, and does its share of the work queued so far (the
-        rest spread evenly over the frames up to the switch). A notice if its work was dropped."""
+        is one of the window's last ``ov`` frames, and does this frame's share of the work left (its
+        cost spread evenly over the frames up to the window's last). A notice if its work was dropped."""
         if self.spare is None or self._off or pending.rerun or pending.position < self.first_position:
             return []
         self._taken.append(pending.index)
         self._queue.append(pending.image)
-        frames_left = self.window_frames - pending.position + 1   # this one to the switch frame, both included
+        frames_left = max(1, self.window_frames - pending.position)   # this one to the window's last
         try:
             with torch.inference_mode():
-                self._work(-(-(self.units - self._done) // frames_left))
+                self._work(sum(self.costs[self._done:]) / frames_left)
         except Exception as error:   # e.g. out of memory: the switch runs the frames itself
             self.discard()
             return [Notice(FALLBACK, f"the next window's first frames could not run ahead ({type(error).__name__}: "
@@ -121,7 +141,7 @@ class SwitchAhead:
             ready = self.spare is not None and [p.index for p in rerun] == self._taken
             if ready:
                 try:
-                    self._work(self.units)
+                    self._work(math.inf)
                     session.take_over(self.spare)
                 except (CacheError, ValueError, RuntimeError) as error:   # the switch runs them
                     log.warning("window switch prepared ahead not taken over: %s", error)
@@ -152,23 +172,23 @@ class SwitchAhead:
         if self.spare is not None:
             run_warmup(self.spare, preprocessor, size)
 
-    def _work(self, units: int) -> None:
-        """Up to ``units`` units in order: phase 1's next slice, the next queued frame's step (the
-        frames still buffering for phase 1 count for nothing)."""
-        spare = self.spare
-        while units > 0 and (self._queue or spare.scale_phase_running):
+    def _work(self, budget: float) -> None:
+        """The spare's next calls in order (phase 1's next slice, or the next queued frame's step)
+        while ``budget`` (ms, as ``costs``) lasts: a call is made when at least half of it fits."""
+        spare, spent = self.spare, 0.0
+        while self._queue or spare.scale_phase_running:
+            cost = self.costs[self._done] if self._done < len(self.costs) else LATER_FRAME_MS
+            if spent + cost / 2 > budget:
+                return
             if spare.scale_phase_running:
                 self._results += spare.advance_scale_phase()
             else:
-                buffering = not spare.scale_phase_done
                 self._results += spare.step(self._queue.pop(0))
-                if buffering:
-                    continue        # buffered for phase 1, or its batch begun: little device work
             self._done += 1
-            units -= 1
+            spent += cost
 
     def _clear(self) -> None:
         self._taken: list[int] = []                 # indices of the frames the spare took, in order
         self._queue: list[torch.Tensor] = []        # their images not given to the spare yet
         self._results: list[FrameResult] = []       # the spare's results so far, in frame order
-        self._done = 0                              # units of work done
+        self._done = 0                              # the spare's calls made (index into costs)
