@@ -28,16 +28,18 @@ for step in $steps; do
       # the Mapper, bf16 and FP8 K/V; each summary (frame times, switches, peak memory) to $OUT.
       # First the depth head's phase-1 transient, 8 frames at once against one at a time.
       $PY bench/depth_head_memory.py --device cuda 2>&1 | tee "$OUT/depth_head_memory.md"
-      # LONG_RUN_AHEAD=1: with window_switch_ahead (the overlap run ahead of each switch) too.
+      # LONG_RUN_AHEAD=1: with window_switch_ahead (the overlap run ahead of each switch) too;
+      # LONG_RUN_EXTRA: more flags for each run (--switch-parts).
       for dtype in ${LONG_RUN_DTYPES:-auto fp8}; do
         for ahead in "" ${LONG_RUN_AHEAD:+--window-switch-ahead}; do
           name=long_run_$dtype${ahead:+_ahead}
           timeout "${LONG_RUN_LIMIT_S:-200}" $PY bench/long_run_gpu.py --frames "${LONG_RUN_FRAMES:-2000}" \
-            --kv-cache-dtype $dtype $ahead --progress-every 500 --out /tmp/$name > "/tmp/$name.log" 2>&1
+            --kv-cache-dtype $dtype $ahead ${LONG_RUN_EXTRA:-} --progress-every 500 --out /tmp/$name > "/tmp/$name.log" 2>&1
           cp /tmp/$name/summary.json "$OUT/$name.json" 2>/dev/null
           grep -E '^frame [0-9]+/|built in|Error' "/tmp/$name.log" | tail -6   # logs stay: $OUT takes 8 files
           grep -E '"(median_1000_3000|median_last_2000|model_ms_median|max_frame_ms|frames_over_2x_median|switch_ms_[a-z]+|overlap_ms_[a-z]+|peak_[a-z_0-9]+)"' \
             "$OUT/$name.json" 2>/dev/null
+          $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print('before switch', [round(x,1) for x in d['before_switch_ms']]); print(d['switch_parts_ms'])" "$OUT/$name.json" 2>/dev/null
         done
       done ;;
     switch)
