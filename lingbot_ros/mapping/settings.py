@@ -198,10 +198,10 @@ class MapperSettings:
                                               "it)", choices=ESTIMATORS)
     window_switch_ahead: bool = setting(False, "windowed policy: the next window's first overlap_size frames run "
                                                "ahead, each right after its own frame, in a spare session whose "
-                                               "cache holds only them (~1.9 GB bf16, ~1 GB fp8 for the released "
-                                               "model at 518x378), so that the frame starting a window runs "
-                                               "nothing again; same outputs (mapping/windows/ahead.py says what "
-                                               "it needs)")
+                                               "cache holds only them (2.5 GiB more at the peak in bf16, 1.8 GiB "
+                                               "with fp8, released model at 518x378), so that the frame starting "
+                                               "a window runs nothing again; same outputs "
+                                               "(mapping/windows/ahead.py says what it needs)")
     max_keyframes: int = setting(1000, "reset policy: keyframes stored since the stream started before it "
                                        "restarts (0 = no cap); keep it below the model's max_frame_num "
                                        "(1024) so the 3D RoPE stays in its trained range", minimum=0, when=LIVE)
