@@ -67,7 +67,7 @@ class SwitchParts:
         self._wrap(Mapper, "_switch_window", "the whole switch (without the frame's own step)", entry=True)
         self._wrap(ahead.SwitchAhead, "start_window", "ahead: work left and take-over")
         self._wrap(live.LiveWindows, "_align", "alignment of the overlap")
-        self._wrap(live, "warp_frame", "warps into window 0")
+        self._wrap(live, "warp_frames", "warps into window 0")
         self._wrap(mapper_code, "output_of", "outputs (host pose, checks)")
         self._wrap(records.MapperOutput, "internal_points", "keyframe points to the host")
 

@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     print(f"warm-up {first.warm_up():.1f} s", flush=True)
     first.close()
     results, table = {}, {}
-    internal_points, warp_frame = records.MapperOutput.internal_points, live_windows.warp_frame
+    internal_points, warp_frames = records.MapperOutput.internal_points, live_windows.warp_frames
     output_of, snapshot = mapper_code.output_of, mapper_code.snapshot
     for name in args.variants:
         bundle.session.reset()
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
             records.MapperOutput.internal_points = lambda self, c, s: (np.zeros((0, 3), np.float32),
                                                                        np.zeros((0, 3), np.uint8))
         if name == "previous":
-            live_windows.warp_frame = previous_warp_frame
+            live_windows.warp_frames = lambda results, sim: [previous_warp_frame(r, sim) for r in results]
             records.MapperOutput.internal_points = previous_internal_points
             builder = mapper.store.builder
             stage = builder.insert
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
             if profiler is not None:     # a second pass under cProfile (it slows the frames)
                 stream(mapper, images, min(args.frames, 200), 0, None, profiler)
         finally:
-            records.MapperOutput.internal_points, live_windows.warp_frame = internal_points, warp_frame
+            records.MapperOutput.internal_points, live_windows.warp_frames = internal_points, warp_frames
             mapper_code.output_of, mapper_code.snapshot = output_of, snapshot
             sys.setswitchinterval(0.005)
             mapper.close()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lingbot_ros.mapping.windows.similarity import (AlignmentError, Similarity, align_window, depth_ratio_scale,
-                                            overlap_agreement, rotations_to_quaternions, warp_frame,
+                                            overlap_agreement, rotations_to_quaternions, warp_frame, warp_frames,
                                             warp_pose_enc)
 from lingbot_ros.mapping.placement.geometry import rotation_to_quaternion
 from lingbot_ros.mapping.windows.offline import KEYFRAME, NON_KEYFRAME, PHASE1, WindowedRun, frame_type, stitch_plan
@@ -207,6 +207,24 @@ def test_warp_frame_moves_points_scales_depth_keeps_confidence():
     torch.testing.assert_close(w.pose_enc_list[1], w.pose_enc)
     assert torch.equal(w.pose_enc[7:], r.pose_enc[7:]) and w.pose_enc[6] >= 0
     assert (w.index, w.is_keyframe, w.time_index) == (r.index, r.is_keyframe, r.time_index)
+
+
+def test_frames_warped_together_equal_each_warped_alone():
+    """A switch warps its overlap at once (one copy each way): the same values as one by one,
+    whatever the batch."""
+    gen = torch.Generator().manual_seed(1)
+    results = []
+    for _ in range(5):
+        pose = torch.cat([torch.randn(3, generator=gen), torch.randn(4, generator=gen), torch.tensor([0.8, 1.0])])
+        results.append(make_result(pose, torch.rand(5, 7, generator=gen) + 0.5))
+    q = torch.tensor([-0.4, 0.1, 0.3, 0.85])
+    sim = Similarity(torch.tensor(0.6), torch.tensor(naive_rotation(q), dtype=torch.float32),
+                     torch.tensor([1.5, 0.0, -2.0]))
+    together, alone = warp_frames(results, sim), [warp_frame(r, sim) for r in results]
+    assert warp_frames([], sim) == []
+    for a, b in zip(together, alone, strict=True):
+        for key in ("pose_enc", "pose_enc_list", "extrinsic", "depth", "world_points"):
+            assert torch.equal(getattr(a, key), getattr(b, key)), key
 
 
 # ---- alignment -----------------------------------------------------------------------------------

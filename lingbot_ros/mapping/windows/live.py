@@ -23,7 +23,7 @@ import torch
 
 from ...stream import FrameResult
 from ..records import InputFrame, MapperOutput
-from .similarity import Similarity, align_window, overlap_agreement, warp_frame
+from .similarity import Similarity, align_window, overlap_agreement, warp_frames
 from .rule import WindowRule
 
 # Frames a window keeps beyond the overlap, so that rolling back this many newest frames still
@@ -183,7 +183,7 @@ class LiveWindows:
             ready = [(pending, raw)]
             if not self.records:   # window 0's first placed frame: the identity
                 self.records.append(WindowRecord(0, pending.index, self.similarity, float("nan")))
-        placed = [(p, warp_frame(r, self.similarity)) for p, r in ready]
+        placed = list(zip([p for p, _ in ready], warp_frames([r for _, r in ready], self.similarity)))
         self.tail.extend(result for _, result in placed)
         return placed
 

@@ -12,7 +12,7 @@ import torch
 from ...stream.results import FrameResult
 from ...stream.session import StreamingSession
 from .rule import WindowError, WindowRule
-from .similarity import ESTIMATORS, Similarity, align_window, warp_frame
+from .similarity import ESTIMATORS, Similarity, align_window, warp_frames
 
 # frame_type (spec 13.1): where a frame sits in its window.
 PHASE1, KEYFRAME, NON_KEYFRAME = 0, 1, 2
@@ -104,7 +104,7 @@ class WindowedRun:
             if self.aligned:
                 sim = Similarity.identity(results[0].pose_enc.device) if k == 0 else \
                     align_window(prev_tail, results, ov, self.estimator)
-                results = [warp_frame(r, sim) for r in results]
+                results = warp_frames(results, sim)
             else:
                 sim = Similarity.identity(results[0].pose_enc.device)
             self.similarities.append(sim)

@@ -3,7 +3,7 @@
 A window's outputs live in the window's own frame, at its own scale. ``align_window`` estimates
 the similarity ``X -> s R X + t`` that maps window k's raw outputs into the frame of window k-1's
 already warped outputs (so, by chaining, into window 0's frame); ``warp_frame`` applies it to one
-frame. Works on anything with ``pose_enc [9]``, ``depth [H, W]`` and ``is_keyframe`` (a
+frame, ``warp_frames`` to several. Works on anything with ``pose_enc [9]``, ``depth [H, W]`` and ``is_keyframe`` (a
 ``FrameResult``); no ROS, no model.
 """
 from __future__ import annotations
@@ -193,20 +193,34 @@ def warp_pose_enc(pose_enc: torch.Tensor, sim: Similarity) -> torch.Tensor:
 def warp_frame(result: FrameResult, sim: Similarity) -> FrameResult:
     """One frame moved by ``sim``: pose (and every camera iteration's pose) warped, depth times s,
     confidence and intrinsics unchanged, extrinsic and world points derived again (spec 12), so
-    world points equal s R X + t. Frame counters, keyframe flag and image pass through.
+    world points equal s R X + t. Frame counters, keyframe flag and image pass through."""
+    return warp_frames([result], sim)[0]
 
-    The poses (1 + iterations rows of 9 numbers) are warped on the CPU: on a GPU their ~250 tiny
-    kernels cost ~6 ms of launches per frame (the H200's Mapper profile, bench/README.md), on
-    the CPU the same float32 ops take a fraction of that; one copy each way. Only the per-pixel
-    work stays on the frame's device."""
-    device = result.pose_enc.device
-    poses = torch.cat([result.pose_enc[None], result.pose_enc_list]).cpu()
-    warped = warp_pose_enc(poses, sim.on_host)
-    host = torch.cat([warped.flatten(), pose_to_extrinsic(warped[0]).flatten()]).to(device)
-    rows = warped.numel()
-    warped = host[:rows].view(warped.shape)
-    extrinsic = host[rows:].view(3, 4)
-    depth = result.depth * sim.scale
-    world_points = depth_to_world_points(depth[None], extrinsic[None], result.intrinsic[None])[0]
-    return dataclasses.replace(result, pose_enc=warped[0], pose_enc_list=warped[1:],
-                               extrinsic=extrinsic, depth=depth, world_points=world_points)
+
+def warp_frames(results: Sequence[FrameResult], sim: Similarity) -> list[FrameResult]:
+    """``warp_frame`` of each of ``results`` (frames on one device), their poses together.
+
+    The poses (1 + iterations rows of 9 numbers a frame) are warped on the CPU: on a GPU their
+    ~250 tiny kernels cost ~6 ms of launches per frame (the H200's Mapper profile, bench/README.md),
+    on the CPU the same float32 ops take a fraction of that, and a switch's overlap (16 frames)
+    crosses in one copy each way and one pass of those ops. Only the per-pixel work stays on the
+    frames' device, frame by frame."""
+    if not results:
+        return []
+    device = results[0].pose_enc.device
+    rows = [1 + len(r.pose_enc_list) for r in results]
+    poses = torch.cat([torch.cat([r.pose_enc[None], r.pose_enc_list]) for r in results]).cpu()
+    warped = warp_pose_enc(poses, sim.on_host)                                    # [sum(rows), 9]
+    firsts = torch.tensor([0] + rows[:-1]).cumsum(0)
+    extrinsics = pose_to_extrinsic(warped[firsts])                                # [N, 3, 4]
+    host = torch.cat([warped.flatten(), extrinsics.flatten()]).to(device)
+    warped_all, extrinsic_all = host[:warped.numel()].view(warped.shape), host[warped.numel():].view(-1, 3, 4)
+    out = []
+    for k, (result, first) in enumerate(zip(results, firsts.tolist())):
+        pose = warped_all[first:first + rows[k]]
+        extrinsic = extrinsic_all[k]
+        depth = result.depth * sim.scale
+        world_points = depth_to_world_points(depth[None], extrinsic[None], result.intrinsic[None])[0]
+        out.append(dataclasses.replace(result, pose_enc=pose[0], pose_enc_list=pose[1:], extrinsic=extrinsic,
+                                       depth=depth, world_points=world_points))
+    return out
