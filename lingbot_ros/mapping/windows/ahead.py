@@ -9,9 +9,9 @@ one right after the live session's step and its pose. The work is phase 1 once t
 first ``num_scale_frames`` are in (cut into slices of PHASE1_LAYERS_PER_SLICE layer pairs, then
 the heads: ``StreamingSession.scale_phase_layers``), then a single-frame step for each later
 overlap frame. It is spread by cost over the frames from there to the overlap's last, so that
-the switch frame, which places the overlap's results, carries none of it. At the switch the live session, reset, takes the spare's stream over
-(``StreamingSession.take_over`` copies the overlap's pages) and the held results are placed as
-the switch's own runs would have placed them. The outputs are the same: phase 1 in slices equals
+the switch frame, which places the overlap's results, carries none of it. At the switch the live
+session, reset, takes the spare's stream over (``StreamingSession.take_over`` copies the
+overlap's pages) and the held results are placed as the switch's own runs would have placed them. The outputs are the same: phase 1 in slices equals
 phase 1 at once, and neither the spare nor the switch's runs evict a frame (``ahead_refusal``).
 
 The spare's cache holds the overlap only (``spare_session``). Anything that changes the frames it
@@ -82,8 +82,8 @@ def ahead_refusal(settings) -> str:
 
 def spare_session(session: StreamingSession, overlap: int) -> StreamingSession:
     """A session of ``session``'s model and settings whose cache holds ``overlap`` frames (its
-    sliding window ``overlap - scale_frames``, no deferral pages, one special page): ~1.9 GB in
-    bf16 for the released model at 518x378, against ~9.3 GB for the live session's."""
+    sliding window ``overlap - scale_frames``, no deferral pages, one special page): 2.5 GiB
+    more at the peak in bf16 for the released model at 518x378 (the H100, bench/README.md)."""
     def small_cache(spec):
         # Split as the live cache does (FlashInfer), so that its steps round as the switch's would.
         window = max(1, overlap - spec.scale_frames)
