@@ -11,8 +11,10 @@ the heads: ``StreamingSession.scale_phase_layers``), then a single-frame step fo
 overlap frame. It is spread by cost over the frames from there to the overlap's last, so that
 the switch frame, which places the overlap's results, carries none of it. At the switch the live
 session, reset, takes the spare's stream over (``StreamingSession.take_over`` copies the
-overlap's pages) and the held results are placed as the switch's own runs would have placed them. The outputs are the same: phase 1 in slices equals
-phase 1 at once, and neither the spare nor the switch's runs evict a frame (``ahead_refusal``).
+overlap's pages) and the held results are placed as the switch's own runs would have placed
+them. The outputs are the same: phase 1 in slices equals phase 1 at once, neither the spare nor
+the switch's runs evict a frame (``ahead_refusal``), and the spare's attention is split as the
+live cache's (``CacheSpec.split_window_pages``).
 
 The spare's cache holds the overlap only (``spare_session``). Anything that changes the frames it
 took (a rollback of one of them, a new_window request, a restart, a failure of its step) discards
