@@ -18,8 +18,8 @@ Model and node settings map to map_node parameters: --device (device), --model-c
 leaves it unset = random weights), --image-width (image_width, the model input width),
 --num-scale-frames (num_scale_frames), --window (sliding_window); --param NAME:=VALUE adds any
 other parameter (with process_all_frames:=true the images go reliable, keeping every frame, as
-that node's subscription asks). --image-size WxH is the size of the published image; --node-log FILE keeps the
-node's output (discarded by default). On the GPU machine (no ROS there: source the bundle of
+that node's subscription asks). --image-size WxH is the size of the published image; --node-log
+FILE keeps the node's output (discarded by default). On the GPU machine (no ROS there: source the bundle of
 bench/ros_runtime_bundle.sh first, see bench/README.md), the released architecture with random
 weights at the deployed sizes:
 

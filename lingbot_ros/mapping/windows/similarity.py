@@ -3,8 +3,8 @@
 A window's outputs live in the window's own frame, at its own scale. ``align_window`` estimates
 the similarity ``X -> s R X + t`` that maps window k's raw outputs into the frame of window k-1's
 already warped outputs (so, by chaining, into window 0's frame); ``warp_frame`` applies it to one
-frame, ``warp_frames`` to several. Works on anything with ``pose_enc [9]``, ``depth [H, W]`` and ``is_keyframe`` (a
-``FrameResult``); no ROS, no model.
+frame, ``warp_frames`` to several. Works on anything with ``pose_enc [9]``, ``depth [H, W]`` and
+``is_keyframe`` (a ``FrameResult``); no ROS, no model.
 """
 from __future__ import annotations
 
@@ -208,17 +208,14 @@ def warp_frames(results: Sequence[FrameResult], sim: Similarity) -> list[FrameRe
     if not results:
         return []
     device = results[0].pose_enc.device
-    rows = [1 + len(r.pose_enc_list) for r in results]
-    poses = torch.cat([torch.cat([r.pose_enc[None], r.pose_enc_list]) for r in results]).cpu()
-    warped = warp_pose_enc(poses, sim.on_host)                                    # [sum(rows), 9]
-    firsts = torch.tensor([0] + rows[:-1]).cumsum(0)
-    extrinsics = pose_to_extrinsic(warped[firsts])                                # [N, 3, 4]
+    # [N, 1 + iterations, 9]: one session's frames, so the same number of camera iterations.
+    poses = torch.stack([torch.cat([r.pose_enc[None], r.pose_enc_list]) for r in results]).cpu()
+    warped = warp_pose_enc(poses.flatten(0, 1), sim.on_host).view(poses.shape)
+    extrinsics = pose_to_extrinsic(warped[:, 0])                                   # [N, 3, 4]
     host = torch.cat([warped.flatten(), extrinsics.flatten()]).to(device)
-    warped_all, extrinsic_all = host[:warped.numel()].view(warped.shape), host[warped.numel():].view(-1, 3, 4)
+    warped, extrinsics = host[:warped.numel()].view(warped.shape), host[warped.numel():].view(-1, 3, 4)
     out = []
-    for k, (result, first) in enumerate(zip(results, firsts.tolist())):
-        pose = warped_all[first:first + rows[k]]
-        extrinsic = extrinsic_all[k]
+    for result, pose, extrinsic in zip(results, warped, extrinsics):
         depth = result.depth * sim.scale
         world_points = depth_to_world_points(depth[None], extrinsic[None], result.intrinsic[None])[0]
         out.append(dataclasses.replace(result, pose_enc=pose[0], pose_enc_list=pose[1:], extrinsic=extrinsic,
