@@ -66,6 +66,27 @@ def test_windows_on_the_gpu_capture_once_and_equal_the_offline_run():
         torch.testing.assert_close(live.result.depth, ref.result.depth, atol=1e-3, rtol=1e-3)
 
 
+def test_frames_queued_on_the_gpu_give_what_one_at_a_time_gives():
+    """Mapper.process_queued on CUDA: each frame's step queued behind the one before, which is
+    placed on the placing stream meanwhile (window switches, spare work ahead included): the
+    outputs of process, frame by frame."""
+    settings = gpu_settings(window_size=12, window_switch_ahead=True)
+    images = random_images(5, 40)
+    frames = [InputFrame(rgb=rgb, stamp_ns=10**9 + i * 10**8) for i, rgb in enumerate(images)]
+    plain, queued = (Mapper(settings, factory.build(settings)) for _ in range(2))
+    one_at_a_time = [plain.process(frame) for frame in frames]
+    together = list(queued.process_queued(iter(frames)))
+    assert len(together) == len(one_at_a_time) and queued.snapshot.window == plain.snapshot.window >= 3
+    for a, b in zip(one_at_a_time, together):
+        assert [o.index for o in b.new] == [o.index for o in a.new]
+        assert [o.index for o in b.final] == [o.index for o in a.final]
+        for x, y in zip(a.new + a.final + a.revised, b.new + b.final + b.revised):
+            np.testing.assert_allclose(y.camera_pose, x.camera_pose, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(y.depth, x.depth, rtol=1e-4, atol=1e-5)
+    plain.finish(), queued.finish()   # the map merged
+    np.testing.assert_allclose(queued.map_points()[0], plain.map_points()[0], rtol=1e-4, atol=1e-5)
+
+
 def test_switches_prepared_ahead_on_the_gpu_replay_the_graphs_and_publish_the_same():
     """window_switch_ahead on the GPU: the spare session's own graphs, the overlap's pages copied
     into the live cache at each switch (its graph stays valid: no capture after window 0), and

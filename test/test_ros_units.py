@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from helpers import unpack_points
+from helpers import unpack_points, wait_until
 
 from lingbot_ros.mapping.records import InputFrame
 from lingbot_ros.mapping.settings import SettingsError
@@ -206,6 +206,49 @@ def test_worker_runs_commands_between_frames_and_fails_pending_ones_on_stop():
     assert seen == ["frame"] and [type(e) for e in errors] == [ZeroDivisionError]
     with pytest.raises(RuntimeError, match="stopped"):
         worker.submit(lambda: None).result(timeout=1)
+
+
+def test_the_next_frame_is_taken_while_the_device_runs_and_not_after():
+    """FrameInbox.get_while: a frame that comes while busy() is taken at once (its step goes in
+    behind the running one); once busy() is False an empty inbox answers None without waiting."""
+    inbox = FrameInbox(keep_all=True, capacity=4)
+    busy = threading.Event()
+    busy.set()
+    threading.Timer(0.1, lambda: inbox.put("next")).start()
+    assert inbox.get_while(busy.is_set) == "next"             # came while the device ran
+    threading.Timer(0.1, busy.clear).start()
+    assert inbox.get_while(busy.is_set) is None               # the device finished first
+    inbox.put("waiting")
+    assert inbox.get_while(lambda: False) == "waiting"       # one already waiting is taken
+    inbox.close()
+    busy.set()
+    assert inbox.get_while(busy.is_set) is None               # closed (deactivate): never waits
+
+
+def test_the_worker_takes_no_next_frame_while_a_command_waits_or_after_stop():
+    inbox = FrameInbox(keep_all=True, capacity=4)
+    taken, release = [], threading.Event()
+
+    def handle(frame):   # a handler that goes on with the frames that keep coming (the node's)
+        taken.append(frame)
+        release.wait(5)
+        following = worker.next_frame(lambda: False)
+        while following is not None:
+            taken.append(following)
+            following = worker.next_frame(lambda: False)
+
+    worker = Worker(inbox, handle, lambda error: None)
+    worker.start()
+    inbox.put(1)
+    wait_until(lambda: taken == [1], "frame 1 taken", 5)
+    inbox.put(2)
+    command = worker.submit(lambda: list(taken))
+    release.set()
+    assert command.result(timeout=5) == [1]    # the command ran before frame 2: next_frame gave None
+    wait_until(lambda: taken == [1, 2], "frame 2 taken after the command", 5)
+    assert worker.stop(5)
+    inbox.put(3)
+    assert worker.next_frame(lambda: True) is None
 
 
 def test_path_keeps_exact_stamps_and_rebuilds_only_replaced_poses():

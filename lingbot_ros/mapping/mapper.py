@@ -7,6 +7,9 @@ single-threaded: one owner calls its verbs; other threads read only ``snapshot``
 
     process(frame) -> StepOutcome     one input frame (0..n outputs: phase 1 buffers; a frame past
                                       a forward stamp jump is held until the next one decides)
+    process_queued(frames) -> iterator of StepOutcome   the same for frames that keep coming, one
+                                      outcome each, in order; a frame's step is queued on the device
+                                      before the frame before it is placed (flights.py)
     finish()       -> StepOutcome     end of the input: buffered frames run, provisional ones final,
                                       a held frame is refused (nothing confirmed its jump)
     reset(reason)                     the operator's reset: restart the stream, clear the map
@@ -29,7 +32,9 @@ the Mapper as the database's last run (database/resume.py).
 """
 from __future__ import annotations
 
+import collections
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +48,7 @@ from .database.continuation import ContinuationSchedule
 from .database.recorder import MapRecorder, open_recorder
 from .database.resume import load_resumed
 from .factory import SessionBundle
+from .flights import Flight, PlacingStream, after_step
 from .files.staged_files import StagedFiles
 from .keyframes import KEEP, ROLLBACK, policy_step
 from .long_run import make_long_run_policy
@@ -87,6 +93,8 @@ class Mapper:
         self._reads = MapReads(self._store, self._streams, settings)
         self._continuations = ContinuationSchedule(self.recorder, self.robot, settings.map_database_continuation_s)
         self._frames_in = 0              # index of the next input frame (since configure)
+        self._flights: collections.deque[Flight] = collections.deque()   # steps not placed yet, oldest first
+        self._placing_stream = PlacingStream()
         self._status = MapperStatus()
         self._warmed: WarmupSize | None = None   # until the first frame: what warm_up prepared
         self._stream, resumed_text = self._streams.start(resumed)
@@ -137,17 +145,63 @@ class Mapper:
         """One input frame through the stamp rule (stamps.py): taken, dropped, held for the next
         frame to decide, or, with a held one, both in order."""
         outcome = StepOutcome()
+        self._intake(outcome, frame, defer=False)
+        return self._done(outcome)
+
+    def process_queued(self, frames: Iterable[InputFrame]) -> Iterator[StepOutcome]:
+        """``process`` of each frame, one outcome each, in order, with the same results; the
+        iterator of frames may block (the node's inbox). A frame's phase-2 step stays on the
+        device while the next frame is asked for; a next frame that comes has its step queued
+        behind it before the earlier frame is placed (flights.py). ``step_running`` tells the
+        iterator whether a step is still running. Close the iterator or run it out: what is
+        queued is placed either way."""
+        waiting: collections.deque[StepOutcome] = collections.deque()   # outcomes not yielded yet
+        try:
+            for frame in frames:
+                outcome = StepOutcome()
+                self._intake(outcome, frame, defer=True)
+                waiting.append(outcome)
+                newest = self._flights[-1] if self._flights and self._flights[-1].outcome is outcome else None
+                while self._flights and self._flights[0] is not newest:
+                    self._land(self._flights.popleft())
+                while waiting and (newest is None or waiting[0] is not newest.outcome):
+                    yield self._done(waiting.popleft())
+            self._land_all()
+            while waiting:
+                yield self._done(waiting.popleft())
+        finally:   # closed early: what was queued is placed all the same
+            if self._flights:
+                self._land_all()
+                self._publish_snapshot()
+
+    @property
+    def step_running(self) -> bool:
+        """Whether the device still runs a step that ``process_queued`` has not placed."""
+        return bool(self._flights) and not self._flights[-1].finished
+
+    def _intake(self, outcome: StepOutcome, frame: InputFrame, defer: bool) -> None:
         for verdict, item in self._stream.stamps.decide(frame.stamp_ns, frame.gap_ns, frame):
             if verdict.action in (DROP, REFUSE):
                 self._reject(outcome, verdict.reason)
                 continue
             if verdict.action == STAMP_RESTART:
                 self._end_stream(outcome, verdict.reason, keep_map=False)
-            self._take(outcome, item)
-        return self._done(outcome)
+            elif not self._plain_step(item):
+                self._land_all()   # what follows reads or ends the stream: every earlier frame placed first
+            self._take(outcome, item, defer)
 
-    def _take(self, outcome: StepOutcome, frame: InputFrame) -> None:
-        """A frame the stamp rule let through: into the current stream."""
+    def _plain_step(self, frame: InputFrame) -> bool:
+        """Whether ``frame`` would be one phase-2 step of the current stream and window (no
+        switch, no restart for its size), which may run while earlier frames are not placed. Not
+        while a resume point is due: it is stored with every frame before placed (the window's
+        frames and results agree)."""
+        state = self._stream
+        return (state.run.has_results and (state.windows is None or not state.windows.switch_due)
+                and state.input_wh == (frame.rgb.shape[1], frame.rgb.shape[0]) and not self._continuations.due(state))
+
+    def _take(self, outcome: StepOutcome, frame: InputFrame, defer: bool = False) -> None:
+        """A frame the stamp rule let through: into the current stream (``defer``: a phase-2
+        step may stay on the device, placed by ``_land``)."""
         try:
             image = self.preprocessor(frame.rgb)
         except ImageError as error:
@@ -172,8 +226,9 @@ class Mapper:
         try:
             if state.windows is not None and state.windows.switch_due:
                 self._switch_window(outcome)
-            self._run(outcome, Pending(frame, index, 0, False, image))
+            self._run(outcome, Pending(frame, index, 0, False, image), defer=defer)
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
+            self._land_all(end_on_failure=False)   # the frame before ran first: it is placed
             self._failed(outcome, f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}", error, index,
                          " (stream restarted, continuing)")
             self._end_stream(outcome, "model error", keep_map=True, lost=True)
@@ -181,7 +236,7 @@ class Mapper:
         reason = self.long_run.restart_reason(self.session.usage())
         if reason:
             self._end_stream(outcome, reason, keep_map=True)
-        else:
+        elif not self._flights:   # else when the frame is placed (_land)
             self._continuations.while_mapping(self._stream, self._frames_in)
 
     def finish(self) -> StepOutcome:
@@ -309,8 +364,9 @@ class Mapper:
 
     # -- the frame path --------------------------------------------------------------------------
 
-    def _run(self, outcome: StepOutcome, pending: Pending, ready: list | None = None) -> None:
-        """Give one frame to the session (``ready``: its results, run ahead) and place what comes back."""
+    def _run(self, outcome: StepOutcome, pending: Pending, ready: list | None = None, defer: bool = False) -> None:
+        """Give one frame to the session (``ready``: its results, run ahead) and place what comes
+        back (``defer``: a phase-2 step is left on the device as a flight, placed by ``_land``)."""
         state = self._stream
         run = state.run
         in_phase2 = run.has_results
@@ -324,18 +380,47 @@ class Mapper:
             else:
                 results, decision = policy_step(self.session, run.motion, pending.image, pending.frame.rgb, in_phase2)
                 self._store.release()   # the map thread works while this one waits (store/map_builder.py)
+                if defer and in_phase2:
+                    self._flights.append(Flight(outcome, pending, results, decision, start, after_step(pending.image)))
+                    return
                 if pending.image.is_cuda:
                     # The step only queues GPU work: the model time ends when its outputs are ready.
                     torch.cuda.current_stream(pending.image.device).synchronize()
         self._status = replace(self._status, model_ms=self._status.model_ms + (time.perf_counter() - start) * 1e3)
+        self._settle(outcome, pending, results, decision, in_phase2)
+
+    def _settle(self, outcome: StepOutcome, pending: Pending, results: list, decision: str, in_phase2: bool) -> None:
+        """A step's results, ready on the host's side: placed."""
         if not results:
             self._enter(INITIALISING, self._init_text())
             return
         kept = decision != ROLLBACK
         if in_phase2 and kept and results[0].is_keyframe:
-            run.stored.append(pending.index)      # not the image: no tensor is kept
+            self._stream.run.stored.append(pending.index)      # not the image: no tensor is kept
         self._place(outcome, results, keyframe_kept=kept)
         outcome.notices += self._ahead.take(pending)   # after the placing: the pose waits for no spare work
+
+    def _land(self, flight: Flight, end_on_failure: bool = True) -> None:
+        """Place a flight once its step is done. A failure loses it and the frames queued after it
+        (they ran in its stream), and ends the stream unless the caller is ending it anyway."""
+        try:
+            if flight.done is not None:
+                flight.done.synchronize()
+            self._status = replace(self._status, model_ms=(time.perf_counter() - flight.start) * 1e3)
+            with self._placing_stream.placing(flight):
+                self._settle(flight.outcome, flight.pending, flight.results, flight.decision, True)
+        except Exception as error:
+            self._flights.clear()
+            self._failed(flight.outcome, f"model failed on the frame stamped {seconds_text(flight.pending.frame.stamp_ns, 3)}",
+                         error, flight.pending.index, " (stream restarted, continuing)" if end_on_failure else "")
+            if end_on_failure:
+                self._end_stream(flight.outcome, "model error", keep_map=True, lost=True)
+            return
+        self._continuations.while_mapping(self._stream, flight.pending.index + 1)
+
+    def _land_all(self, end_on_failure: bool = True) -> None:
+        while self._flights:
+            self._land(self._flights.popleft(), end_on_failure)
 
     def _place(self, outcome: StepOutcome, results, keyframe_kept: bool = True) -> None:
         """Session results, one per awaiting frame in order -> placed outputs."""
@@ -381,6 +466,7 @@ class Mapper:
     def _close(self, outcome: StepOutcome, lost: bool) -> None:
         """The stream's input ends here: buffered frames run as a short phase 1 (``lost``: they
         are dropped, the session may be mid-step), provisional outputs become final."""
+        self._land_all(end_on_failure=False)
         state = self._stream
         unconfirmed = state.stamps.unconfirmed()   # a reset or the end of the input: nothing followed it
         if unconfirmed is not None:

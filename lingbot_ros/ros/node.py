@@ -24,6 +24,8 @@ RigFront); the primary camera is what the single camera's topics, TF and service
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import gc
 import threading
 import time
@@ -299,8 +301,25 @@ class MapNode(LifecycleNode):
     # -- worker side --------------------------------------------------------------------------
 
     def _handle_frame(self, frame: InputFrame) -> None:
-        self.robot.before_frame(frame)
-        outcome = self.mapper.process(frame)
+        """The frame, and the frames that come while the device runs its step, through
+        ``Mapper.process_queued``: a frame that comes then has its step queued before the one
+        before is placed, so the device runs steps back to back while this thread places and
+        publishes. Each frame's outputs are published as soon as it is placed."""
+        fed: collections.deque[InputFrame] = collections.deque()
+
+        def frames():
+            coming = frame
+            while coming is not None:
+                self.robot.before_frame(coming)
+                fed.append(coming)
+                yield coming
+                coming = self.worker.next_frame(lambda: self.mapper.step_running)
+
+        with contextlib.closing(self.mapper.process_queued(frames())) as outcomes:
+            for outcome in outcomes:
+                self._publish_outcome(fed.popleft(), outcome)
+
+    def _publish_outcome(self, frame: InputFrame, outcome) -> None:
         if outcome.taken is not None:   # what the stamp rule let in, not every message received
             self.image_clock.image(outcome.taken.stamp_ns, outcome.taken.received_ns)
         self.report(outcome.notices)

@@ -14,6 +14,9 @@ from typing import Callable
 # Commands waiting for the worker, at most: a caller past this is refused at once (the periodic
 # ~/map publication is coalesced to one; services wait for their own).
 MAX_COMMANDS = 64
+# How often a worker waiting for the next frame looks whether the device finished the step it
+# runs (a frame's arrival wakes it at once): at most this much later, the step's frame is placed.
+POLL_S = 0.0005
 
 
 class Inbox:
@@ -73,6 +76,18 @@ class FrameInbox(Inbox):
             self._cond.notify_all()
             return item
 
+    def get_while(self, busy: Callable[[], bool], poll_s: float = POLL_S):
+        """The next frame if one is waiting or comes while ``busy()`` (the device still runs the
+        step before it); None as soon as nothing came and ``busy()`` is False, or once closed."""
+        with self._cond:
+            while not self._items and not self._closed and busy():
+                self._cond.wait(poll_s)
+            if not self._items or self._closed:
+                return None
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
+
     def clear(self) -> int:
         """Drop every waiting frame; return how many."""
         with self._cond:
@@ -117,6 +132,14 @@ class Worker:
         else:
             self._commands.put((future, fn, args))
         return future
+
+    def next_frame(self, busy: Callable[[], bool]):
+        """For a ``handle_frame`` that goes on with the frames that keep coming: the inbox's next
+        frame while ``busy()`` (``FrameInbox.get_while``); None when a command waits (commands
+        run between frames) or the worker stops."""
+        if self._stop.is_set() or not self._commands.empty():
+            return None
+        return self.inbox.get_while(busy)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop after the current frame; return True if the thread ended in time."""

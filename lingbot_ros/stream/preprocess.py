@@ -60,16 +60,24 @@ class Preprocessor:
         out = self._resize_exact(image, plan) if self.exact else self._resize_fast(image, plan)
         return out[:, plan.crop_top:plan.crop_top + plan.height]             # [3, H, W]
 
+    def _upload(self, host: torch.Tensor) -> torch.Tensor:
+        """To the device. On CUDA through pinned memory, without blocking: an upload from pageable
+        memory waits for every step queued before it (a frame's step queued behind the one
+        running, mapping/flights.py, would wait for it)."""
+        if self.device.type != "cuda":
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
     def _resize_exact(self, image: np.ndarray, plan: ResizePlan) -> torch.Tensor:
         pil = Image.fromarray(np.ascontiguousarray(image)).resize((plan.width, plan.resized_height),
                                                                    Image.BICUBIC)
-        chw = torch.from_numpy(np.asarray(pil).copy()).permute(2, 0, 1)
-        return chw.to(self.device).float() / 255.0
+        chw = self._upload(torch.from_numpy(np.asarray(pil).copy())).permute(2, 0, 1)
+        return chw.float() / 255.0
 
     def _resize_fast(self, image: np.ndarray, plan: ResizePlan) -> torch.Tensor:
         # Upload uint8 (4x less traffic than float); copy only if the array is a view or read-only.
         hwc = torch.from_numpy(np.require(image, requirements=["C", "W"]))
-        chw = hwc.to(self.device).permute(2, 0, 1)
+        chw = self._upload(hwc).permute(2, 0, 1)
         x = F.interpolate(chw[None].float(), size=(plan.resized_height, plan.width), mode="bicubic",
                           antialias=True, align_corners=False)[0]
         # PIL rounds and clamps to uint8; doing the same keeps the two paths one quantisation apart.

@@ -203,18 +203,27 @@ def _process(args, settings, bundle, mapper: Mapper, source, total: int, undecod
         writer = FrameWriter(args.output, args.depth_format, staged, 
                              keep_images=settings.max_trajectory_poses if args.colmap is not None else 0)
         progress = Progress(total)
-        seen = 0
-        with contextlib.closing(iter(source)) as frames:
+        seen = done = 0
+
+        def inputs(frames):
+            nonlocal seen
             for frame in frames:
                 if seen == total or interrupts.requested():
-                    break
+                    return
                 seen += 1
-                outcome = mapper.process(InputFrame(rgb=frame.rgb, stamp_ns=frame.stamp_ns))
+                yield InputFrame(rgb=frame.rgb, stamp_ns=frame.stamp_ns)
+
+        # Queued: the next frame is read and decoded, and the one before placed, while the
+        # device runs a frame's step (Mapper.process_queued).
+        with contextlib.closing(iter(source)) as frames, \
+                contextlib.closing(mapper.process_queued(inputs(frames))) as outcomes:
+            for outcome in outcomes:
+                done += 1
                 report(outcome.notices)
                 writer.add(outcome.final)
                 if viewer is not None:
                     viewer.update(mapper, outcome)
-                progress.update(seen, have_results=writer.num_frames > 0)
+                progress.update(done, have_results=writer.num_frames > 0)
         stopped = interrupts.requested()
         if stopped and seen == 0:
             raise KeyboardInterrupt("before the first frame: nothing was written")   # the previous files stay

@@ -99,6 +99,11 @@ class ContinuationSchedule:
         continuation = continuation_of(stream, next_index, self.robot, with_points=points is not None)
         self.recorder.continuation(continuation, points or ())
 
+    def due(self, stream) -> bool:
+        """Whether ``while_mapping`` would store one of ``stream`` now (if its window allows)."""
+        return (bool(self.period_s) and time.monotonic() >= self._due and stream.windows is not None
+                and self.recorder.active)
+
     def while_mapping(self, stream, next_index: int) -> None:
         """At most every period, while the window can be continued from (no switch due)."""
         windows, now = stream.windows, time.monotonic()
