@@ -82,7 +82,8 @@ def main(argv=None) -> int:
                                          "the next frame": [], "the whole switch": [],
                                          "ahead: phase 1's batch begun (embedding, plan)": [],
                                          f"ahead: a phase-1 slice ({PHASE1_LAYERS_PER_SLICE} layer pairs, median)": [],
-                                         "ahead: phase 1's heads slice": [], "ahead: phase 1 in slices, all": [],
+                                         "ahead: phase 1's camera-head slice": [],
+                                         "ahead: a depth-head slice (median)": [], "ahead: phase 1 in slices, all": [],
                                          "ahead: a later frame in the spare": [],
                                          "ahead: take-over at the switch": [], "ahead: the next frame": []}
         phase1_extra_gib, ahead_extra_gib = [], []
@@ -103,9 +104,12 @@ def main(argv=None) -> int:
             while spare.scale_phase_running:
                 slices.append(timed(device, spare.advance_scale_phase)[0])
             parts["ahead: phase 1's batch begun (embedding, plan)"].append(begun)
+            # The layers' slices, then the camera head's, then the depth head's (FrameCompute.advance).
+            layer_slices = -(-len(model.aggregator.frame_blocks) // PHASE1_LAYERS_PER_SLICE)
             parts[f"ahead: a phase-1 slice ({PHASE1_LAYERS_PER_SLICE} layer pairs, median)"].append(
-                statistics.median(slices[:-1]))
-            parts["ahead: phase 1's heads slice"].append(slices[-1])
+                statistics.median(slices[:layer_slices]))
+            parts["ahead: phase 1's camera-head slice"].append(slices[layer_slices])
+            parts["ahead: a depth-head slice (median)"].append(statistics.median(slices[layer_slices + 1:]))
             parts["ahead: phase 1 in slices, all"].append(begun + sum(slices))
             later = [timed(device, lambda image=image: spare.step(image))[0] for image in ahead[args.scale_frames:]]
             parts["ahead: a later frame in the spare"].append(statistics.median(later) if later else 0.0)

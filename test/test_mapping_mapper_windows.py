@@ -253,7 +253,9 @@ def test_the_work_ahead_is_spread_by_cost_and_done_before_the_switch_frame(windo
     mapper = windowed(window_switch_ahead=True, window_size=12, overlap_size=5)   # L 12, ov 5, phase 1 3
     switch_ahead = mapper._ahead          # private: what each frame carries is the point here
     costs, depth = switch_ahead.costs, len(mapper.session.model.aggregator.frame_blocks)
-    assert costs == ahead_module.work_costs(3, depth, 5, 1) and len(costs) == 3 + depth + 1 + 2
+    # Phase 1's 3 frames (the last begins the batch), its layers, the camera head, the depth head
+    # a frame at a time, then the 2 later overlap frames.
+    assert costs == ahead_module.work_costs(3, depth, 5, 1) and len(costs) == 3 + depth + 1 + 3 + 2
     carried, done = [], 0
     for frame in frames(images, 13):
         mapper.process(frame)

@@ -8,6 +8,7 @@ from lingbot_ros.model import ModelConfig, build_model
 from lingbot_ros.model.camera_cache import CameraKVCache
 from lingbot_ros.model.layers import EAGER_KERNELS, Block, BlockKernels, dense_attend
 from lingbot_ros.stream import FrameError, SettingsError, StreamingSession, StreamSettings
+from lingbot_ros.stream.frame_compute import DEPTH_HEAD_FRAMES
 from lingbot_ros.stream.session import NOTHING_STORED
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -471,8 +472,9 @@ def test_take_over_refuses_what_it_cannot_continue(model, frames):
 
 @pytest.mark.parametrize("layers", [1, 3, 100])
 def test_phase1_in_slices_equals_phase1_at_once(model, frames, layers):
-    """scale_phase_layers: the batch's layers a few at a time (then the heads), each slice its own
-    call; results and every later frame equal phase 1 run at once."""
+    """scale_phase_layers: the batch's layers a few at a time, then the camera head, then the
+    depth head a chunk at a time, each slice its own call; results and every later frame equal
+    phase 1 run at once."""
     reference, sliced = StreamingSession(model, small()), StreamingSession(model, small())
     sliced.scale_phase_layers = layers
     expected = run(reference, frames[:8])
@@ -484,7 +486,8 @@ def test_phase1_in_slices_equals_phase1_at_once(model, frames, layers):
     while not results:
         results, calls = sliced.advance_scale_phase(), calls + 1
     depth = len(model.aggregator.frame_blocks)
-    assert calls == -(-depth // layers) + 1 and not sliced.scale_phase_running
+    chunks = -(-2 // DEPTH_HEAD_FRAMES)   # the depth head's: small()'s 2 scale frames
+    assert calls == -(-depth // layers) + 1 + chunks and not sliced.scale_phase_running
     assert_same(results + run(sliced, frames[2:8]), expected, atol=0)
 
 

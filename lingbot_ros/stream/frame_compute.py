@@ -42,12 +42,21 @@ class SlicedCall:
     image_hw: tuple[int, int]
     global_attend: GlobalAttendFn
     camera: CameraKVCache
+    poses: torch.Tensor | None = None       # the camera head's, once its slice ran
+    depth_parts: list = dataclasses.field(default_factory=list)   # the depth head's, a slice each
 
 
 def frame_outputs(outputs: StepOutputs, i: int) -> StepOutputs:
     """Frame i's part of a call's outputs (views, no copy), in the layout of a one-frame call."""
     poses, *per_frame = outputs
     return (poses[:, i:i + 1], *(t[i:i + 1] for t in per_frame))
+
+
+def _joined(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The depth head's chunks as one call's (depth, confidence)."""
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([depth for depth, _ in parts]), torch.cat([conf for _, conf in parts])
 
 
 class FrameCompute:
@@ -97,26 +106,34 @@ class FrameCompute:
         return SlicedCall(run, patches.shape[0], image_hw, global_attend, camera)
 
     def advance(self, call: SlicedCall, layers: int) -> StepOutputs | None:
-        """The next ``layers`` frame/global layer pairs of ``call``; once all have run, the heads
-        (a slice of their own) and the call's `StepOutputs`."""
+        """The next ``layers`` frame/global layer pairs of ``call``; once all have run, the camera
+        head, then the depth head's chunks (DEPTH_HEAD_FRAMES frames), each a slice of its own;
+        the last returns the call's `StepOutputs` (those of `forward`: the same chunks)."""
         if call.run.next_layer < len(self.model.aggregator.frame_blocks):
             with self._autocast(), self._kernels(call.num_frames, False):
                 self.model.aggregator.run_layers(call.run, call.global_attend, layers)
             return None
-        return self._heads(call.run.outputs, call.image_hw, call.camera)
+        H, W = call.image_hw
+        if call.poses is None:
+            call.poses = self._camera(call.run.outputs, call.camera)
+            return None
+        first = len(call.depth_parts) * DEPTH_HEAD_FRAMES
+        call.depth_parts.append(self._depth_chunk(call.run.outputs, first, H, W))
+        if first + DEPTH_HEAD_FRAMES < call.num_frames:
+            return None
+        return self._geometry(call.poses, *_joined(call.depth_parts), W, H)
 
     def _heads(self, outputs: list[torch.Tensor], image_hw: tuple[int, int],
                camera: Union[CameraKVCache, CameraCacheBatch]) -> StepOutputs:
         """The camera and depth heads over the aggregator's selected layers, then the geometry."""
         H, W = image_hw
-        m = self.model
-        # The heads run in fp32.
-        poses = m.camera_head(outputs[-1][:, 0].float(), camera, self.camera_num_iterations)
+        poses = self._camera(outputs, camera)
         depth, depth_conf = self._depth(outputs, H, W)                           # [F, H, W, 1], [F, H, W]
-        extrinsic = pose_to_extrinsic(poses[-1])
-        intrinsic = pose_to_intrinsic(poses[-1], W, H)
-        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
-        return poses, depth, depth_conf, extrinsic, intrinsic, points
+        return self._geometry(poses, depth, depth_conf, W, H)
+
+    def _camera(self, outputs: list[torch.Tensor], camera: Union[CameraKVCache, CameraCacheBatch]) -> torch.Tensor:
+        # The heads run in fp32.
+        return self.model.camera_head(outputs[-1][:, 0].float(), camera, self.camera_num_iterations)
 
     def _depth(self, outputs: list[torch.Tensor], H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The depth head, DEPTH_HEAD_FRAMES frames at a time: its fp32 feature maps at the image's
@@ -127,8 +144,18 @@ class FrameCompute:
         F, c = outputs[0].shape[0], DEPTH_HEAD_FRAMES
         if F <= c:
             return self.model.depth_head([o.float() for o in outputs], H, W)
-        parts = [self.model.depth_head([o[i:i + c].float() for o in outputs], H, W) for i in range(0, F, c)]
-        return torch.cat([depth for depth, _ in parts]), torch.cat([conf for _, conf in parts])
+        return _joined([self._depth_chunk(outputs, i, H, W) for i in range(0, F, c)])
+
+    def _depth_chunk(self, outputs: list[torch.Tensor], first: int, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+        c = DEPTH_HEAD_FRAMES
+        return self.model.depth_head([o[first:first + c].float() for o in outputs], H, W)
+
+    @staticmethod
+    def _geometry(poses: torch.Tensor, depth: torch.Tensor, depth_conf: torch.Tensor, W: int, H: int) -> StepOutputs:
+        extrinsic = pose_to_extrinsic(poses[-1])
+        intrinsic = pose_to_intrinsic(poses[-1], W, H)
+        points = depth_to_world_points(depth[..., 0], extrinsic, intrinsic)
+        return poses, depth, depth_conf, extrinsic, intrinsic, points
 
     def _autocast(self):
         if self.dtype == torch.float32:

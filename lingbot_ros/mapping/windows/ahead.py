@@ -7,7 +7,7 @@ starts the next window (336 ms median on the H200 with the live default window, 
 frame: bench/README.md). Those frames are known as they arrive, so the spare session takes each
 one right after the live session's step and its pose. The work is phase 1 once the overlap's
 first ``num_scale_frames`` are in (cut into slices of PHASE1_LAYERS_PER_SLICE layer pairs, then
-the heads: ``StreamingSession.scale_phase_layers``), then a single-frame step for each later
+the camera head, then the depth head a frame at a time: ``StreamingSession.scale_phase_layers``), then a single-frame step for each later
 overlap frame. It is spread by cost over the frames from there to the overlap's last, so that
 the switch frame, which places the overlap's results, carries none of it. At the switch the live
 session, reset, takes the spare's stream over (``StreamingSession.take_over`` copies the
@@ -30,6 +30,7 @@ import torch
 
 from ...cache import CacheError, PagedKVCache
 from ...stream import FrameResult, StreamingSession
+from ...stream.frame_compute import DEPTH_HEAD_FRAMES
 from ..records import FALLBACK, Notice
 from ..warmup_size import run_warmup
 from .live import Pending
@@ -42,21 +43,27 @@ PHASE1_LAYERS_PER_SLICE = 2
 
 # What the pieces cost, in ms on the H100 with the released model at 518x378 (bench/switch_cost.py,
 # bench/README.md 2026-12-07; only their ratios matter): per phase-1 frame, its share of the batch
-# begun (embedding, plan), of one layer pair and of the heads; a later overlap frame's own step.
+# begun (embedding, plan), of one layer pair, of the camera head and its depth head; a later
+# overlap frame's own step. The heads took 30.4 and 49.0 ms for 8 frames in two sessions; how
+# they split between the two heads is assumed (the depth head's fp32 maps at the image's size
+# dominate) until bench/switch_cost.py measures each slice.
 BEGIN_MS_PER_FRAME = 18.1 / 8
-LAYER_PAIR_MS_PER_FRAME = 14.9 / 4 / 8
-HEADS_MS_PER_FRAME = 30.4 / 8
-LATER_FRAME_MS = 16.8
+LAYER_PAIR_MS_PER_FRAME = 7.6 / 2 / 8
+CAMERA_HEAD_MS_PER_FRAME = 3.0 / 8
+DEPTH_HEAD_MS_PER_FRAME = 46.0 / 8
+LATER_FRAME_MS = 17.4
 
 
 def work_costs(num_scale_frames: int, depth: int, overlap: int, layers_per_slice: int) -> list[float]:
     """The cost of each call the spare gets before a switch, in order: a step per overlap frame
     until phase 1's batch is complete (buffering costs nothing; the last begins the batch), phase
-    1's slices and its heads, then a step per later overlap frame."""
-    n = num_scale_frames
+    1's slices (its layers, the camera head, the depth head's chunks: FrameCompute.advance), then
+    a step per later overlap frame."""
+    n, chunk = num_scale_frames, DEPTH_HEAD_FRAMES
     slices = [min(layers_per_slice, depth - first) * n * LAYER_PAIR_MS_PER_FRAME
               for first in range(0, depth, layers_per_slice)]
-    return ([0.0] * (n - 1) + [n * BEGIN_MS_PER_FRAME] + slices + [n * HEADS_MS_PER_FRAME]
+    depth_chunks = [min(chunk, n - first) * DEPTH_HEAD_MS_PER_FRAME for first in range(0, n, chunk)]
+    return ([0.0] * (n - 1) + [n * BEGIN_MS_PER_FRAME] + slices + [n * CAMERA_HEAD_MS_PER_FRAME] + depth_chunks
             + [LATER_FRAME_MS] * (overlap - n))
 
 
