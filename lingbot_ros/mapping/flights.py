@@ -21,24 +21,31 @@ from .windows.live import Pending
 
 @dataclasses.dataclass
 class Flight:
-    outcome: StepOutcome          # the frame's own outcome: its placing adds to it
+    outcome: StepOutcome           # the frame's own outcome: its placing adds to it
     pending: Pending
-    results: list                 # the session's results (device tensors, still being computed)
-    decision: str                 # the keyframe policy's (keyframes.py)
-    start: float                  # time.perf_counter() when its step began
-    done: torch.cuda.Event | None  # recorded after its step (None off CUDA: the step has run)
+    results: list                  # the session's results (device tensors, still being computed)
+    decision: str                  # the keyframe policy's (keyframes.py)
+    began: torch.cuda.Event | None  # recorded before its step, ``done`` after (None off CUDA)
+    done: torch.cuda.Event | None
+    host_ms: float                 # the step call's time on the host (off CUDA: the whole step)
 
     @property
     def finished(self) -> bool:
         """Whether the device has finished its step (never blocks)."""
         return self.done is None or self.done.query()
 
+    @property
+    def model_ms(self) -> float:
+        """The step's time: on CUDA the device's, from its start to its end (not the wait behind
+        the step before it), once ``done`` has passed."""
+        return self.began.elapsed_time(self.done) if self.done is not None else self.host_ms
 
-def after_step(image: torch.Tensor) -> torch.cuda.Event | None:
-    """An event behind the work queued so far on ``image``'s device (None off CUDA)."""
+
+def device_mark(image: torch.Tensor) -> torch.cuda.Event | None:
+    """A timing event behind the work queued so far on ``image``'s device (None off CUDA)."""
     if not image.is_cuda:
         return None
-    event = torch.cuda.Event()
+    event = torch.cuda.Event(enable_timing=True)
     event.record(torch.cuda.current_stream(image.device))
     return event
 

@@ -48,7 +48,7 @@ from .database.continuation import ContinuationSchedule
 from .database.recorder import MapRecorder, open_recorder
 from .database.resume import load_resumed
 from .factory import SessionBundle
-from .flights import Flight, PlacingStream, after_step
+from .flights import Flight, PlacingStream, device_mark
 from .files.staged_files import StagedFiles
 from .keyframes import KEEP, ROLLBACK, policy_step
 from .long_run import make_long_run_policy
@@ -374,14 +374,17 @@ class Mapper:
             state.windows.enter(pending)
         run.give(pending)
         start = time.perf_counter()
+        defer = defer and in_phase2 and ready is None
+        began = device_mark(pending.image) if defer else None
         with torch.inference_mode():
             if ready is not None:   # run ahead of its window's switch (the interval policy: kept)
                 results, decision = ready, KEEP
             else:
                 results, decision = policy_step(self.session, run.motion, pending.image, pending.frame.rgb, in_phase2)
                 self._store.release()   # the map thread works while this one waits (store/map_builder.py)
-                if defer and in_phase2:
-                    self._flights.append(Flight(outcome, pending, results, decision, start, after_step(pending.image)))
+                if defer:
+                    self._flights.append(Flight(outcome, pending, results, decision, began, device_mark(pending.image),
+                                                (time.perf_counter() - start) * 1e3))
                     return
                 if pending.image.is_cuda:
                     # The step only queues GPU work: the model time ends when its outputs are ready.
@@ -406,7 +409,7 @@ class Mapper:
         try:
             if flight.done is not None:
                 flight.done.synchronize()
-            self._status = replace(self._status, model_ms=(time.perf_counter() - flight.start) * 1e3)
+            self._status = replace(self._status, model_ms=flight.model_ms)
             with self._placing_stream.placing(flight):
                 self._settle(flight.outcome, flight.pending, flight.results, flight.decision, True)
         except Exception as error:
