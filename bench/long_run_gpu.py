@@ -70,13 +70,19 @@ class SwitchParts:
         self._wrap(live, "warp_frames", "warps into window 0")
         self._wrap(mapper_code, "output_of", "outputs (host pose, checks)")
         self._wrap(records.MapperOutput, "internal_points", "keyframe points to the host")
-        self._wrap_first_step(mapper_code)
+        # The switch frame's own step: policy_step's first call once the switch is over.
+        self._wrap(mapper_code, "policy_step", "the switch frame's own step", after=True)
 
-    def _wrap(self, owner, name: str, part: str, entry: bool = False) -> None:
+    def _wrap(self, owner, name: str, part: str, entry: bool = False, after: bool = False) -> None:
         original = getattr(owner, name)
 
+        def counted() -> bool:
+            if after:
+                return not self.active and bool(self.per_switch) and part not in self.per_switch[-1]
+            return self.active or entry
+
         def timed(*args, **kwargs):
-            if not (self.active or entry):
+            if not counted():
                 return original(*args, **kwargs)
             if entry:
                 self.active = True
@@ -92,22 +98,6 @@ class SwitchParts:
                 if entry:
                     self.active = False
         setattr(owner, name, timed)
-
-    def _wrap_first_step(self, mapper_code) -> None:
-        """The switch frame's own step after the switch (policy_step: the first call after one)."""
-        original = mapper_code.policy_step
-
-        def timed(*args, **kwargs):
-            if self.active or not self.per_switch or "the switch frame's own step" in self.per_switch[-1]:
-                return original(*args, **kwargs)
-            self._sync()
-            t0 = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._sync()
-                self.per_switch[-1]["the switch frame's own step"] = (time.perf_counter() - t0) * 1e3
-        mapper_code.policy_step = timed
 
     def _sync(self) -> None:
         if self.cuda:
