@@ -5,7 +5,9 @@ restart), each timed from its process start to the first pose it publishes.
 A camera publishes all along: the probe sends 518x378 images at 10 Hz from the moment the node
 starts, so the first pose comes once the warm-up is done and the scale frames (phase 1) are in.
 Per start: when the node loaded the model, finished its warm-up and went active (its log's
-stamps), and when the first pose arrived. The checkpoint is random weights of the released
+stamps), and when the first pose arrived. Before them, the model's loading part by part in a
+fresh process (`--load-phases`: the imports, the model built on the device, the checkpoint
+read and copied in, the matmul weights cast). The checkpoint is random weights of the released
 architecture saved once (`--checkpoint`, default under /tmp, ~4.6 GB): it loads as a user's
 `lingbot-map-long.pt` does (mmap, no random initialisation).
 
@@ -14,6 +16,7 @@ FlashInfer's modules prebuilt or not, as the machine is):
 
   python bench/startup_gpu.py                       # save the checkpoint, prebuild, two starts
   python bench/startup_gpu.py --skip-prebuild       # the two starts only
+  python bench/startup_gpu.py --load-phases         # the loading part by part only
   python bench/startup_gpu.py --device cpu --model-config tiny --skip-prebuild   # smoke, no GPU
 """
 from __future__ import annotations
@@ -29,8 +32,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-
-import node_latency  # noqa: E402
 
 SIZE = "518x378"
 
@@ -61,6 +62,40 @@ def prebuild(device: str, model_config: str) -> tuple[float, str]:
     return time.perf_counter() - start, phases
 
 
+def load_phases(checkpoint: Path, device: str, model_config: str) -> dict:
+    """The model's loading part by part, in this process (run it in a fresh one: the imports
+    count), seconds each, as factory.load_model does it."""
+    times, start = {}, time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal start
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        times[name] = round(now - start, 2)
+        start = now
+
+    import torch
+    lap("import torch")
+    import rclpy  # noqa: F401
+    lap("import rclpy")
+    from lingbot_ros.mapping import factory
+    from lingbot_ros.model import ModelConfig, build_model
+    from lingbot_ros.model.checkpoint import load_checkpoint
+    from lingbot_ros.ros import node  # noqa: F401
+    lap("import lingbot_ros (the node's modules)")
+    torch.zeros(1, device=device)
+    lap("device context")
+    model = build_model(ModelConfig.preset(model_config), device=device, random_init=False)
+    lap("model built on the device (default init)")
+    load_checkpoint(model, checkpoint)
+    lap("checkpoint read (mmap) and copied in")
+    settings = factory.MapperSettings(model_config=model_config, device=device)
+    model.store_matmul_weights(factory.stream_settings(settings).compute_dtype(model.device))
+    lap("matmul weights in the compute dtype")
+    return times
+
+
 def _log_seconds(log: Path, started_wall: float, pattern: str) -> float:
     """Seconds from the process start to the first log line matching ``pattern`` (rcutils stamps)."""
     for line in log.read_text(errors="replace").splitlines():
@@ -72,6 +107,7 @@ def _log_seconds(log: Path, started_wall: float, pattern: str) -> float:
 
 
 def one_start(checkpoint: Path, device: str, model_config: str, log: Path, timeout: float) -> dict:
+    import node_latency   # not at the top: --load-phases times the imports in a fresh process
     args = node_latency.parse_args([
         "--device", device, "--model-config", model_config, "--checkpoint", str(checkpoint),
         "--image-width", "518", "--image-size", SIZE, "--num-scale-frames", "8", "--window", "64",
@@ -110,12 +146,27 @@ def main() -> int:
     parser.add_argument("--skip-prebuild", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a start may take")
     parser.add_argument("--logs", type=Path, default=Path(os.environ.get("OUT", "/tmp")), help="node logs here")
+    parser.add_argument("--load-phases", action="store_true", help="only the loading part by part")
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)   # --load-phases' own run
     args = parser.parse_args()
     args.checkpoint = args.checkpoint or Path(f"/tmp/lingbot_ros_random_{args.model_config}.pt")
+    if args.in_process:
+        print(load_phases(args.checkpoint, args.device, args.model_config), flush=True)
+        return 0
     if not args.checkpoint.exists():
         print(f"saving random weights of {args.model_config} to {args.checkpoint} ...", flush=True)
         print(f"saved in {save_checkpoint(args.checkpoint, args.model_config):.1f} s "
               f"({args.checkpoint.stat().st_size / 1e9:.2f} GB)", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--in-process", "--checkpoint", str(args.checkpoint),
+                           "--device", args.device, "--model-config", args.model_config],
+                          cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"loading failed ({done.returncode}): {done.stderr[-2000:]}")
+    print(f"loading part by part ({time.perf_counter() - started:.1f} s with the interpreter's start): "
+          f"{done.stdout.strip()}", flush=True)
+    if args.load_phases:
+        return 0
     if not args.skip_prebuild:
         seconds, phases = prebuild(args.device, args.model_config)
         print(f"lingbot-ros-prebuild: {seconds:.1f} s ({phases})", flush=True)
