@@ -64,7 +64,7 @@ class PlacingStream:
         if flight.done is None:
             yield
             return
-        steps = torch.cuda.current_stream()
+        steps = torch.cuda.current_stream(flight.pending.image.device)
         if self._stream is None or self._stream.device != steps.device:
             self._stream = torch.cuda.Stream(steps.device)
         self._stream.wait_event(flight.done)

@@ -229,9 +229,7 @@ class Mapper:
             self._run(outcome, Pending(frame, index, 0, False, image), defer=defer)
         except Exception as error:   # e.g. CUDA out of memory: report, restart the stream, go on
             self._land_all(end_on_failure=False)   # the frame before ran first: it is placed
-            self._failed(outcome, f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}", error, index,
-                         " (stream restarted, continuing)")
-            self._end_stream(outcome, "model error", keep_map=True, lost=True)
+            self._step_failed(outcome, frame, index, error, end_stream=True)
             return
         reason = self.long_run.restart_reason(self.session.usage())
         if reason:
@@ -414,12 +412,18 @@ class Mapper:
                 self._settle(flight.outcome, flight.pending, flight.results, flight.decision, True)
         except Exception as error:
             self._flights.clear()
-            self._failed(flight.outcome, f"model failed on the frame stamped {seconds_text(flight.pending.frame.stamp_ns, 3)}",
-                         error, flight.pending.index, " (stream restarted, continuing)" if end_on_failure else "")
-            if end_on_failure:
-                self._end_stream(flight.outcome, "model error", keep_map=True, lost=True)
+            self._step_failed(flight.outcome, flight.pending.frame, flight.pending.index, error, end_on_failure)
             return
         self._continuations.while_mapping(self._stream, flight.pending.index + 1)
+
+    def _step_failed(self, outcome: StepOutcome, frame: InputFrame, index: int, error: Exception,
+                     end_stream: bool) -> None:
+        """A frame's step or placing raised: counted and reported; ``end_stream``: the stream
+        restarts from the last pose (else the caller is ending it anyway)."""
+        self._failed(outcome, f"model failed on the frame stamped {seconds_text(frame.stamp_ns, 3)}", error, index,
+                     " (stream restarted, continuing)" if end_stream else "")
+        if end_stream:
+            self._end_stream(outcome, "model error", keep_map=True, lost=True)
 
     def _land_all(self, end_on_failure: bool = True) -> None:
         while self._flights:

@@ -141,10 +141,7 @@ class FrameCompute:
         ~1.6 GiB more on top of the steady state at every window's start
         (bench/depth_head_memory.py). Each frame's depth is its own (no cross-frame term): the
         chunks change values by the convolutions' rounding only."""
-        F, c = outputs[0].shape[0], DEPTH_HEAD_FRAMES
-        if F <= c:
-            return self.model.depth_head([o.float() for o in outputs], H, W)
-        return _joined([self._depth_chunk(outputs, i, H, W) for i in range(0, F, c)])
+        return _joined([self._depth_chunk(outputs, i, H, W) for i in range(0, outputs[0].shape[0], DEPTH_HEAD_FRAMES)])
 
     def _depth_chunk(self, outputs: list[torch.Tensor], first: int, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
         c = DEPTH_HEAD_FRAMES

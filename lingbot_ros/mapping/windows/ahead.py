@@ -7,8 +7,8 @@ starts the next window (336 ms median on the H200 with the live default window, 
 frame: bench/README.md). Those frames are known as they arrive, so the spare session takes each
 one right after the live session's step and its pose. The work is phase 1 once the overlap's
 first ``num_scale_frames`` are in (cut into slices of PHASE1_LAYERS_PER_SLICE layer pairs, then
-the camera head, then the depth head a frame at a time: ``StreamingSession.scale_phase_layers``), then a single-frame step for each later
-overlap frame. It is spread by cost over the frames from there to the overlap's last, so that
+the camera head, then the depth head a frame at a time: ``StreamingSession.scale_phase_layers``),
+then a single-frame step for each later overlap frame. It is spread by cost over the frames from there to the overlap's last, so that
 the switch frame, which places the overlap's results, carries none of it. At the switch the live
 session, reset, takes the spare's stream over (``StreamingSession.take_over`` copies the
 overlap's pages) and the held results are placed as the switch's own runs would have placed
